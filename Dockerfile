@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# Stage 1: export the shipped checkpoint to ONNX with the CPU build of torch (torch never reaches the runtime image).
+FROM python:3.11-slim AS export
+WORKDIR /src
+RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+COPY pyproject.toml README.md ./
+COPY model ./model
+COPY export ./export
+COPY engine ./engine
+COPY service ./service
+COPY training ./training
+COPY bench ./bench
+COPY transduce ./transduce
+RUN pip install --no-cache-dir '.[torch]'
+COPY models ./models
+RUN transduce export models/default/checkpoint.pt /opt/transduce/model
+
+# Stage 2: the serving image: CUDA 13 + cuDNN 9 runtime, onnxruntime-gpu (falls back to CPU), no torch, no compilers.
+FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS runtime
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY model ./model
+COPY engine ./engine
+COPY service ./service
+COPY transduce ./transduce
+COPY export ./export
+COPY training ./training
+COPY bench ./bench
+RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 transduce
+COPY --from=export /opt/transduce/model /models/default
+USER transduce
+ENV TRANSDUCE_MODEL_DIR=/models/default TRANSDUCE_HOST=0.0.0.0 TRANSDUCE_PORT=5000 TRANSDUCE_DEVICE=auto
+EXPOSE 5000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+  CMD curl -fsS http://127.0.0.1:5000/health/ready || exit 1
+# SIGTERM starts draining: readiness goes 503, accepted requests finish within TRANSDUCE_SHUTDOWN_GRACE_S.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["transduce", "serve"]

@@ -1,0 +1,54 @@
+"""ONNX input/output names of the two graphs (Optimum's seq2seq convention), defined once for export and engine."""
+
+from __future__ import annotations
+
+# encoder.onnx
+ENC_INPUT_IDS = "input_ids"  # (batch, src_len) int64
+ENC_ATTENTION_MASK = "attention_mask"  # (batch, src_len) int64, 1 = token, 0 = padding
+ENC_HIDDEN = "last_hidden_state"  # (batch, src_len, d_model) float
+
+# decoder.onnx (one incremental step)
+DEC_INPUT_IDS = "input_ids"  # (batch, new_len) int64: the last target token(s)
+DEC_ENCODER_MASK = "encoder_attention_mask"  # (batch, src_len) int64
+DEC_LOG_PROBS = "log_probs"  # (batch, vocab) float: log-softmax of the LAST new position
+
+BATCH_AXIS = "batch_size"
+SRC_AXIS = "encoder_sequence_length"
+PAST_AXIS = "past_decoder_sequence_length"
+NEW_AXIS = "decoder_sequence_length"
+TOTAL_AXIS = "total_decoder_sequence_length"
+
+
+def past_self(layer: int, kind: str) -> str:
+    """Decoder input: self-attention cache of ``layer`` (``kind`` key|value), (batch, heads, past, d_k)."""
+    return f"past_key_values.{layer}.decoder.{kind}"
+
+
+def present_self(layer: int, kind: str) -> str:
+    """Decoder output: self-attention cache extended by the new positions, (batch, heads, past+new, d_k)."""
+    return f"present.{layer}.decoder.{kind}"
+
+
+def cross(layer: int, kind: str) -> str:
+    """Cross-attention keys/values of ``layer``: an encoder output and a decoder input, (batch, heads, src_len, d_k)."""
+    return f"past_key_values.{layer}.encoder.{kind}"
+
+
+def past_names(n_layers: int) -> list[str]:
+    """Self-attention cache input names, layer-major: [0.key, 0.value, 1.key, ...]."""
+    return [past_self(i, kind) for i in range(n_layers) for kind in ("key", "value")]
+
+
+def present_names(n_layers: int) -> list[str]:
+    """Self-attention cache output names in the same order as ``past_names``."""
+    return [present_self(i, kind) for i in range(n_layers) for kind in ("key", "value")]
+
+
+def cross_names(n_layers: int) -> list[str]:
+    """Cross-attention key/value names, layer-major."""
+    return [cross(i, kind) for i in range(n_layers) for kind in ("key", "value")]
+
+
+def present_to_past(name: str) -> str:
+    """Map an output cache name to the input it feeds at the next step."""
+    return name.replace("present.", "past_key_values.", 1)

@@ -1,0 +1,100 @@
+"""manifest.json of an ONNX model directory: read, validate, and check file checksums."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelLoadError
+
+FORMAT = "transduce-onnx"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What the engine needs to know about an exported model, without torch."""
+
+    model_dir: Path
+    model_name: str
+    n_layers: int
+    n_heads: int
+    d_k: int
+    vocab_size: int
+    max_positions: int
+    pad_id: int
+    eos_id: int
+    decoder_start_id: int
+    languages: tuple[str, ...]
+    pairs: tuple[tuple[str, str], ...]
+    target_tag: str
+    raw: dict[str, Any]
+
+    def path(self, key: str) -> Path:
+        """Absolute path of a file named in the manifest ("encoder", "decoder", "tokenizer")."""
+        return self.model_dir / str(self.raw[key])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifest:
+    """Read and validate ``model_dir/manifest.json``; every problem raises ModelLoadError saying what to fix."""
+    model_dir = Path(model_dir)
+    path = model_dir / MANIFEST_FILE
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"model directory {model_dir} does not exist (export one with `transduce export`)")
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing: {model_dir} is not a transduce ONNX model directory")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise ModelLoadError(f"{path} is not a {FORMAT} manifest")
+    if raw.get("format_version") != FORMAT_VERSION:
+        raise ModelLoadError(
+            f"{path} has format version {raw.get('format_version')}, this engine reads "
+            f"{FORMAT_VERSION}: re-export the model with this transduce version"
+        )
+    try:
+        dims, special = raw["dims"], raw["special_ids"]
+        manifest = Manifest(
+            model_dir=model_dir,
+            model_name=str(raw["model_name"]),
+            n_layers=int(dims["n_decoder_layers"]),
+            n_heads=int(dims["n_heads"]),
+            d_k=int(dims["d_k"]),
+            vocab_size=int(dims["tgt_vocab_size"]),
+            max_positions=int(dims["max_positions"]),
+            pad_id=int(special["pad"]),
+            eos_id=int(special["eos"]),
+            decoder_start_id=int(special["decoder_start"]),
+            languages=tuple(raw["languages"]),
+            pairs=tuple((str(a), str(b)) for a, b in raw["pairs"]),
+            target_tag=str(raw["target_tag"]),
+            raw=raw,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"{path} lacks a required field or has a wrong type: {exc!r}") from exc
+    if check_files:
+        for key in ("encoder", "decoder", "tokenizer"):
+            file = manifest.path(key)
+            if not file.is_file():
+                raise ModelLoadError(f"{file} named in {path} is missing")
+            expected = raw.get("checksums", {}).get(raw[key])
+            if expected and _sha256(file) != expected:
+                raise ModelLoadError(
+                    f"{file} does not match the checksum in {path}: the file is corrupt or "
+                    "truncated; re-export the model"
+                )
+    return manifest

@@ -1,0 +1,135 @@
+"""onnxruntime sessions for the two graphs, with the decoder state (caches) kept per batch of rows."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from engine import io_names as names
+from engine.errors import ModelLoadError
+from engine.manifest import Manifest
+
+log = logging.getLogger("transduce.engine")
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+@dataclass
+class DecoderState:
+    """Everything the next decoder step reads, one row per active hypothesis."""
+
+    encoder_mask: Any  # (R, S) int64
+    cross: dict[str, Any]  # cross-attention K/V by input name, each (R, h, S, d_k)
+    past: dict[str, Any] = field(default_factory=dict)  # self-attention K/V by input name, each (R, h, P, d_k)
+
+
+def choose_providers(device: str) -> list[str]:
+    """Execution providers for ``device`` (auto | cpu | cuda); CUDA only when onnxruntime really offers it."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "cpu":
+        return [CPU]
+    if CUDA in ort.get_available_providers():
+        try:  # onnxruntime-gpu >= 1.19 loads CUDA/cuDNN from the nvidia pip packages when present
+            ort.preload_dlls()
+        except Exception as exc:  # noqa: BLE001 - best effort, the session creation below is the real test
+            log.debug("preload_dlls failed: %s", exc)
+        return [CUDA, CPU]
+    if device == "cuda":
+        raise ModelLoadError("device='cuda' was requested but this onnxruntime has no CUDA execution provider")
+    return [CPU]
+
+
+def session_options(intra_threads: int, inter_threads: int) -> ort.SessionOptions:
+    """Full graph optimisation, thread pools sized to the cores this process may use."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = intra_threads if intra_threads > 0 else len(os.sched_getaffinity(0))
+    opts.inter_op_num_threads = max(1, inter_threads)
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    return opts
+
+
+class OnnxSeq2Seq:
+    """The encoder and one-step decoder sessions; numpy in and out on CPU, device-resident caches on CUDA."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        *,
+        device: str = "auto",
+        intra_threads: int = 0,
+        inter_threads: int = 1,
+        strict_device: bool = False,
+    ) -> None:
+        self.manifest = manifest
+        providers = choose_providers(device)
+        opts = session_options(intra_threads, inter_threads)
+        try:
+            self.encoder = ort.InferenceSession(str(manifest.path("encoder")), opts, providers=providers)
+            self.decoder = ort.InferenceSession(str(manifest.path("decoder")), opts, providers=providers)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
+        self.provider = self.decoder.get_providers()[0]
+        if device == "cuda" and self.provider != CUDA:
+            if strict_device:
+                raise ModelLoadError("device='cuda' was requested but the CUDA provider failed to initialise")
+            log.warning("CUDA was requested but is not usable; falling back to CPU")
+        log.info("onnxruntime sessions ready on %s", self.provider)
+        L = manifest.n_layers
+        self.cross_names = names.cross_names(L)
+        self.past_names = names.past_names(L)
+        self.present_names = names.present_names(L)
+        self.use_io_binding = self.provider == CUDA
+        if self.use_io_binding:
+            from engine.device import DeviceOps
+
+            self.device_ops: DeviceOps | None = DeviceOps(self, providers, opts)
+        else:
+            self.device_ops = None
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> DecoderState:
+        """Run the encoder once: (B, S) ids and mask -> a decoder state with cross K/V and an empty self cache."""
+        if self.device_ops is not None:
+            return self.device_ops.encode(input_ids, attention_mask)
+        outputs = self.encoder.run(
+            self.cross_names, {names.ENC_INPUT_IDS: input_ids, names.ENC_ATTENTION_MASK: attention_mask}
+        )
+        B = input_ids.shape[0]
+        empty = np.zeros((B, self.manifest.n_heads, 0, self.manifest.d_k), dtype=np.float32)
+        return DecoderState(
+            attention_mask, dict(zip(self.cross_names, outputs, strict=True)), dict.fromkeys(self.past_names, empty)
+        )
+
+    def step(self, tokens: np.ndarray, state: DecoderState) -> np.ndarray:
+        """Feed one token per row (R,) -> log-probs (R, V); the state's self cache grows by one position."""
+        if self.device_ops is not None:
+            return self.device_ops.step(tokens, state)
+        feed = {
+            names.DEC_INPUT_IDS: tokens.reshape(-1, 1).astype(np.int64, copy=False),
+            names.DEC_ENCODER_MASK: state.encoder_mask,
+            **state.past,
+            **state.cross,
+        }
+        log_probs, *present = self.decoder.run([names.DEC_LOG_PROBS, *self.present_names], feed)
+        state.past = dict(zip(self.past_names, present, strict=True))
+        return np.asarray(log_probs)
+
+    def reorder(self, state: DecoderState, rows: np.ndarray, batch_changed: bool) -> None:
+        """Gather every layer's cache by ``rows``; per-sentence tensors too when the set of sentences changed."""
+        if self.device_ops is not None:
+            self.device_ops.reorder(state, rows, batch_changed)
+            return
+        from engine.cache import reorder
+
+        state.past = reorder(state.past, rows)
+        if batch_changed:
+            state.cross = reorder(state.cross, rows)
+            state.encoder_mask = state.encoder_mask[rows]

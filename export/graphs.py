@@ -1,0 +1,75 @@
+"""Flat-tensor wrappers around ``Transformer.encode``/``decode_step``: exactly what the two ONNX graphs compute."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.transformer import Transformer
+
+
+class EncoderGraph(nn.Module):
+    """(input_ids, attention_mask) -> (last_hidden_state, cross K/V of every decoder layer, layer-major)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        """Encode once per request; the decoder then only reads the returned cross-attention keys/values."""
+        memory = self.model.encode(input_ids, attention_mask.bool())  # (B, S, d_model)
+        flat = [t for kv in self.model.cross_kv(memory) for t in kv]  # 2L x (B, h, S, d_k)
+        return (memory, *flat)
+
+
+class DecoderStepGraph(nn.Module):
+    """(input_ids, encoder_attention_mask, past K/V..., cross K/V...) -> (last-position log_probs, present K/V...)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+        self.n_layers = model.config.n_decoder_layers
+
+    def forward(self, input_ids: Tensor, encoder_attention_mask: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
+        """One incremental decoding step over the new token(s)."""
+        L = self.n_layers
+        past = [(caches[2 * i], caches[2 * i + 1]) for i in range(L)]
+        cross = [(caches[2 * L + 2 * i], caches[2 * L + 2 * i + 1]) for i in range(L)]
+        logits, present = self.model.decode_step(input_ids, cross, encoder_attention_mask.bool(), past)
+        log_probs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
+        return (log_probs, *[t for kv in present for t in kv])
+
+
+def dummy_inputs(
+    model: Transformer, batch: int = 2, src_len: int = 5, past_len: int = 3
+) -> dict[str, tuple[Tensor, ...]]:
+    """Example inputs for tracing both graphs (sizes differ on every axis so no dimension gets fused by accident)."""
+    cfg = model.config
+    ids = torch.randint(4, cfg.src_vocab_size, (batch, src_len))
+    mask = torch.ones(batch, src_len, dtype=torch.int64)
+    mask[0, -1] = 0
+    cache = torch.zeros(batch, cfg.n_heads, past_len, cfg.d_k)
+    cross = torch.zeros(batch, cfg.n_heads, src_len, cfg.d_k)
+    L = cfg.n_decoder_layers
+    dec = (torch.full((batch, 1), cfg.decoder_start_id), mask, *([cache] * (2 * L)), *([cross] * (2 * L)))
+    return {"encoder": (ids, mask), "decoder": dec}
+
+
+def gather_graph(n_tensors: int, opset: int) -> bytes:
+    """A tiny ONNX graph gathering ``n_tensors`` float tensors along axis 0 by one index (device-side cache reorder)."""
+    from onnx import TensorProto, helper
+
+    rows = helper.make_tensor_value_info("rows", TensorProto.INT64, ["new_rows"])
+    inputs = [rows] + [
+        helper.make_tensor_value_info(f"t.{i}", TensorProto.FLOAT, ["rows", "h", f"n{i}", "d"])
+        for i in range(n_tensors)
+    ]
+    outputs = [
+        helper.make_tensor_value_info(f"g.{i}", TensorProto.FLOAT, ["new_rows", "h", f"n{i}", "d"])
+        for i in range(n_tensors)
+    ]
+    nodes = [helper.make_node("Gather", [f"t.{i}", "rows"], [f"g.{i}"], axis=0) for i in range(n_tensors)]
+    graph = helper.make_graph(nodes, "gather_rows", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    return model.SerializeToString()

@@ -1,0 +1,183 @@
+"""Checkpoint -> ONNX model directory: encoder.onnx, decoder.onnx, tokenizer.model, manifest.json."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine import io_names as names
+from engine.device import GATHER_FILE
+from engine.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE
+from export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
+from model.checkpoint import Checkpoint, load_checkpoint
+from model.transformer import Transformer
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Options of ``transduce export``."""
+
+    opset: int = 17
+    verify: bool = True
+    tolerance: float = 1e-4  # max |delta log-prob| allowed between PyTorch and onnxruntime (fp32)
+    model_name: str | None = None  # defaults to the checkpoint's meta "name" or its file stem
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def language_pairs(ckpt: Checkpoint) -> list[list[str]]:
+    """Translation directions: the checkpoint's meta "pairs", else every ordered pair of its languages (tagged)."""
+    if "pairs" in ckpt.meta:
+        return [list(p) for p in ckpt.meta["pairs"]]
+    langs = ckpt.config.languages
+    if not ckpt.config.target_tag:
+        if len(langs) != 2:
+            raise ValueError("a model without target-language tags needs meta['pairs'] naming its one direction")
+        return [list(langs)]
+    return [[a, b] for a, b in itertools.permutations(langs, 2)]
+
+
+def _export_graph(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    path: Path,
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]],
+    opset: int,
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shape arithmetic are expected and checked by verify
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
+            opset_version=opset,
+            dynamo=False,
+            do_constant_folding=True,
+        )
+
+
+def export_graphs(model: Transformer, out_dir: Path, opset: int) -> dict[str, Any]:
+    """Write encoder.onnx and decoder.onnx; returns their I/O names for the manifest."""
+    L = model.config.n_decoder_layers
+    example = dummy_inputs(model)
+    kv_axes = {0: names.BATCH_AXIS, 2: names.SRC_AXIS}
+    enc_in = [names.ENC_INPUT_IDS, names.ENC_ATTENTION_MASK]
+    enc_out = [names.ENC_HIDDEN, *names.cross_names(L)]
+    enc_axes = {n: {0: names.BATCH_AXIS, 1: names.SRC_AXIS} for n in [*enc_in, names.ENC_HIDDEN]}
+    enc_axes.update(dict.fromkeys(names.cross_names(L), kv_axes))
+    _export_graph(
+        EncoderGraph(model).eval(), example["encoder"], out_dir / "encoder.onnx", enc_in, enc_out, enc_axes, opset
+    )
+
+    dec_in = [names.DEC_INPUT_IDS, names.DEC_ENCODER_MASK, *names.past_names(L), *names.cross_names(L)]
+    dec_out = [names.DEC_LOG_PROBS, *names.present_names(L)]
+    dec_axes: dict[str, dict[int, str]] = {
+        names.DEC_INPUT_IDS: {0: names.BATCH_AXIS, 1: names.NEW_AXIS},
+        names.DEC_ENCODER_MASK: {0: names.BATCH_AXIS, 1: names.SRC_AXIS},
+        names.DEC_LOG_PROBS: {0: names.BATCH_AXIS},
+    }
+    dec_axes.update({n: {0: names.BATCH_AXIS, 2: names.PAST_AXIS} for n in names.past_names(L)})
+    dec_axes.update({n: {0: names.BATCH_AXIS, 2: names.TOTAL_AXIS} for n in names.present_names(L)})
+    dec_axes.update(dict.fromkeys(names.cross_names(L), kv_axes))
+    _export_graph(
+        DecoderStepGraph(model).eval(), example["decoder"], out_dir / "decoder.onnx", dec_in, dec_out, dec_axes, opset
+    )
+    (out_dir / GATHER_FILE).write_bytes(gather_graph(2 * L, opset))
+    return {"encoder_inputs": enc_in, "encoder_outputs": enc_out, "decoder_inputs": dec_in, "decoder_outputs": dec_out}
+
+
+def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConfig | None = None) -> dict[str, Any]:
+    """Export a checkpoint to an ONNX model directory (written to a temp dir, verified, then moved into place)."""
+    config = config or ExportConfig()
+    checkpoint = Path(checkpoint)
+    out_dir = Path(out_dir)
+    ckpt = load_checkpoint(checkpoint)
+    model = ckpt.model.float().eval()
+    tokenizer = ckpt.tokenizer()
+    cfg = ckpt.config
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
+        tmp = Path(tmp_name)
+        io = export_graphs(model, tmp, config.opset)
+        (tmp / "tokenizer.model").write_bytes(ckpt.tokenizer_model)
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "model_name": config.model_name or ckpt.meta.get("name") or checkpoint.stem,
+            "model_config": cfg.to_dict(),
+            "dims": {
+                "d_model": cfg.d_model,
+                "n_heads": cfg.n_heads,
+                "d_k": cfg.d_k,
+                "n_encoder_layers": cfg.n_encoder_layers,
+                "n_decoder_layers": cfg.n_decoder_layers,
+                "src_vocab_size": cfg.src_vocab_size,
+                "tgt_vocab_size": cfg.tgt_vocab_size,
+                "max_positions": cfg.max_positions,
+            },
+            "special_ids": {
+                "pad": cfg.pad_id,
+                "unk": cfg.unk_id,
+                "bos": cfg.bos_id,
+                "eos": cfg.eos_id,
+                "decoder_start": cfg.decoder_start_id,
+            },
+            "languages": list(cfg.languages),
+            "pairs": language_pairs(ckpt),
+            "target_tag": cfg.target_tag,
+            "tokenizer": "tokenizer.model",
+            "encoder": "encoder.onnx",
+            "decoder": "decoder.onnx",
+            "io": io,
+            "opset": config.opset,
+            "dtype": "float32",
+            "source_checkpoint": {"file": checkpoint.name, "sha256": sha256_file(checkpoint)},
+            "meta": {k: v for k, v in ckpt.meta.items() if isinstance(v, str | int | float | bool)},
+        }
+        if config.verify:
+            from export.verify import verify_export
+
+            manifest["verification"] = verify_export(model, tokenizer, tmp, tolerance=config.tolerance)
+        files = ("encoder.onnx", "decoder.onnx", "gather.onnx", "tokenizer.model")
+        manifest["checksums"] = {f: sha256_file(tmp / f) for f in files}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.chmod(0o755)
+        tmp.rename(out_dir)
+        tmp.mkdir()  # let TemporaryDirectory clean up a (now empty) path
+    return manifest
+
+
+def is_stale(checkpoint: str | Path, model_dir: str | Path) -> bool:
+    """True when ``model_dir`` is missing, from another checkpoint, or written by another export format version."""
+    manifest_path = Path(model_dir) / MANIFEST_FILE
+    if not manifest_path.is_file():
+        return True
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        return True
+    source = manifest.get("source_checkpoint", {})
+    return bool(manifest.get("format_version") != FORMAT_VERSION or source.get("sha256") != sha256_file(checkpoint))

@@ -1,0 +1,186 @@
+"""Translator tests on the tiny exported model: parity with PyTorch, batch independence, options, load errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
+from engine.options import DecodeOptions
+from engine.session import OnnxSeq2Seq
+from engine.translator import Translator
+from model.checkpoint import load_checkpoint
+
+SENTENCES = [
+    "Hello world.",
+    "The cat sees the dog.",
+    "A big red house.",
+    "Good night, old world!",
+    "The small blue dog runs to the green house and sees the water.",
+    "Hallo Welt.",
+    "Tag",
+]
+
+
+def torch_greedy(checkpoint: Path, ids: list[int], max_len: int, min_len: int = 1) -> list[int]:
+    """Reference greedy decoding in PyTorch with the KV cache."""
+    ckpt = load_checkpoint(checkpoint)
+    model, cfg = ckpt.model, ckpt.config
+    src = torch.tensor([ids])
+    mask = torch.ones_like(src, dtype=torch.bool)
+    out: list[int] = []
+    with torch.no_grad():
+        cross = model.cross_kv(model.encode(src, mask))
+        cache, token = None, cfg.decoder_start_id
+        for step in range(max_len):
+            logits, cache = model.decode_step(torch.tensor([[token]]), cross, mask, cache)
+            lp = torch.log_softmax(logits[0, -1], -1)
+            if step < min_len:
+                lp[cfg.eos_id] = -float("inf")
+            token = int(lp.argmax())
+            if token == cfg.eos_id:
+                break
+            out.append(token)
+    return out
+
+
+def test_greedy_matches_pytorch_token_for_token(tiny_translator: Translator, tiny_checkpoint: Path) -> None:
+    tok = tiny_translator.tokenizer
+    sources = [tok.encode_source(s, "de") for s in SENTENCES]
+    results = tiny_translator.translate_batch(sources, beam_size=1)
+    for ids, result in zip(sources, results, strict=True):
+        assert result.tokens[0] == torch_greedy(tiny_checkpoint, ids, len(ids) + 50)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_output_does_not_depend_on_batch(tiny_translator: Translator, beam_size: int) -> None:
+    options = DecodeOptions(beam_size=beam_size, return_scores=True)
+    together = tiny_translator.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+    alone = [tiny_translator.translate([s], source_lang="en", target_lang="de", options=options)[0] for s in SENTENCES]
+    assert [r.tokens for r in together] == [r.tokens for r in alone]
+    small_chunks = tiny_translator.translate(
+        SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam_size, max_batch_size=2)
+    )
+    assert [r.tokens for r in small_chunks] == [r.tokens for r in together]
+
+
+def test_beam_search_scores_at_least_greedy(tiny_translator: Translator) -> None:
+    greedy = tiny_translator.translate(
+        SENTENCES,
+        source_lang="en",
+        target_lang="de",
+        options=DecodeOptions(beam_size=1, return_scores=True, length_penalty=0.0),
+    )
+    beam = tiny_translator.translate(
+        SENTENCES,
+        source_lang="en",
+        target_lang="de",
+        options=DecodeOptions(beam_size=4, return_scores=True, length_penalty=0.0),
+    )
+    for g, b in zip(greedy, beam, strict=True):
+        assert b.scores[0] >= g.scores[0] - 1e-4
+
+
+def test_options_are_respected(tiny_translator: Translator) -> None:
+    nbest = tiny_translator.translate(
+        SENTENCES[:3],
+        source_lang="de",
+        target_lang="en",
+        options=DecodeOptions(beam_size=4, num_hypotheses=3, return_scores=True),
+    )
+    for r in nbest:
+        assert len(r.hypotheses) == 3 and r.scores == sorted(r.scores, reverse=True)
+        assert len({tuple(t) for t in r.tokens}) == 3
+    short = tiny_translator.translate(
+        SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=2, max_decoding_length=3)
+    )
+    assert all(len(r.tokens[0]) <= 3 for r in short)
+    blank = tiny_translator.translate(["", "   "], source_lang="en", target_lang="de")
+    assert [r.hypotheses for r in blank] == [[""], [""]]
+    assert all(r.scores == [] for r in short)
+    stats = tiny_translator.stats
+    assert stats.sentences > 0 and stats.generated_tokens > 0 and stats.padded_source_tokens >= stats.source_tokens
+
+
+def test_default_max_length_is_source_plus_50(tiny_translator: Translator) -> None:
+    ids = tiny_translator.tokenizer.encode_source("Tag", "de")
+    assert tiny_translator._max_lengths([ids], DecodeOptions()) == [len(ids) + 50]
+
+
+def test_errors(tiny_translator: Translator) -> None:
+    with pytest.raises(UnsupportedLanguageError, match="en->fr"):
+        tiny_translator.translate(["x"], source_lang="en", target_lang="fr")
+    with pytest.raises(UnsupportedLanguageError):
+        tiny_translator.translate(["x"], source_lang="en", target_lang="en")
+    with pytest.raises(InputTooLongError, match="at most 256"):
+        tiny_translator.translate_batch([[5] * 300])
+    with pytest.raises(ValueError, match="num_hypotheses"):
+        DecodeOptions(beam_size=2, num_hypotheses=3)
+    with pytest.raises(ValueError, match="beam_size"):
+        DecodeOptions(beam_size=0)
+
+
+def test_io_binding_path_matches_numpy_path(tiny_model_dir: Path, tiny_translator: Translator) -> None:
+    """The device-resident (IO binding) code path used on CUDA, run here on the CPU provider."""
+    bound = Translator(tiny_model_dir, device="cpu", intra_threads=1)
+    from engine.device import DeviceOps
+    from engine.session import choose_providers, session_options
+
+    bound.model.device_ops = DeviceOps(bound.model, choose_providers("cpu"), session_options(1, 1))
+    for beam in (1, 3):
+        options = DecodeOptions(beam_size=beam)
+        expected = tiny_translator.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+        got = bound.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+        assert [r.tokens for r in got] == [r.tokens for r in expected]
+
+
+def test_load_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        Translator(tmp_path / "nope")
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    data = (broken / "decoder.onnx").read_bytes()
+    (broken / "decoder.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="checksum"):
+        Translator(broken)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest.pop("checksums")
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelLoadError, match="cannot load the ONNX graphs"):
+        Translator(broken)
+    mismatch = tmp_path / "mismatch"
+    shutil.copytree(tiny_model_dir, mismatch)
+    manifest = json.loads((mismatch / "manifest.json").read_text())
+    manifest["dims"]["tgt_vocab_size"] += 1
+    manifest.pop("checksums")
+    (mismatch / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelLoadError, match="does not match the manifest"):
+        Translator(mismatch)
+    (mismatch / "manifest.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
+        Translator(mismatch)
+
+
+def test_cuda_request_without_cuda_falls_back_or_fails_strictly(tiny_model_dir: Path) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        with pytest.raises(ModelLoadError, match="no CUDA execution provider"):
+            Translator(tiny_model_dir, device="cuda")
+        return
+    # onnxruntime-gpu on a machine without a GPU: CUDA is listed but cannot start -> CPU with a warning
+    translator = Translator(tiny_model_dir, device="cuda")
+    if translator.provider == "CPUExecutionProvider":
+        with pytest.raises(ModelLoadError, match="CUDA provider failed"):
+            Translator(tiny_model_dir, device="cuda", strict_device=True)
+
+
+def test_session_rejects_bad_device(tiny_model_dir: Path) -> None:
+    from engine.manifest import load_manifest
+
+    with pytest.raises(ValueError, match="device must be"):
+        OnnxSeq2Seq(load_manifest(tiny_model_dir), device="tpu")

@@ -1,0 +1,74 @@
+"""Export tests: graphs, manifest, parity with PyTorch (fp32), staleness and bad checkpoints."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from engine import io_names as names
+from engine.manifest import load_manifest
+from export.onnx_export import ExportConfig, export_model, is_stale
+from export.verify import _compare
+from model.checkpoint import load_checkpoint
+
+
+def test_model_directory_contents(tiny_model_dir: Path) -> None:
+    files = {p.name for p in tiny_model_dir.iterdir()}
+    assert {"encoder.onnx", "decoder.onnx", "tokenizer.model", "manifest.json", "gather.onnx"} <= files
+    manifest = json.loads((tiny_model_dir / "manifest.json").read_text())
+    assert manifest["pairs"] == [["de", "en"], ["en", "de"]]
+    assert manifest["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3, "decoder_start": 2}
+    verification = manifest["verification"]
+    assert verification["max_abs_diff"] <= 1e-4 and verification["greedy_identical"]
+    assert {c["case"] for c in verification["cases"]} >= {"random batch 1", "real batch 5 (padded)"}
+    loaded = load_manifest(tiny_model_dir)
+    assert loaded.n_layers == 2 and loaded.languages == ("de", "en")
+
+
+def test_graph_io_names_and_dynamic_axes(tiny_model_dir: Path) -> None:
+    dec = onnx.load(str(tiny_model_dir / "decoder.onnx"))
+    inputs = {i.name: i for i in dec.graph.input}
+    assert set(inputs) == {names.DEC_INPUT_IDS, names.DEC_ENCODER_MASK, *names.past_names(2), *names.cross_names(2)}
+    dims = inputs[names.past_self(1, "value")].type.tensor_type.shape.dim
+    assert dims[0].dim_param == names.BATCH_AXIS and dims[2].dim_param == names.PAST_AXIS
+    assert [o.name for o in dec.graph.output] == [names.DEC_LOG_PROBS, *names.present_names(2)]
+    enc = onnx.load(str(tiny_model_dir / "encoder.onnx"))
+    assert [o.name for o in enc.graph.output] == [names.ENC_HIDDEN, *names.cross_names(2)]
+
+
+@pytest.mark.parametrize("lengths", [[7], [3, 11, 5], [1, 2, 9, 4, 6, 8]])
+def test_parity_across_batch_sizes_and_padding(tiny_checkpoint: Path, tiny_model_dir: Path, lengths: list[int]) -> None:
+    model = load_checkpoint(tiny_checkpoint).model
+    enc = ort.InferenceSession(str(tiny_model_dir / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(tiny_model_dir / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(len(lengths))
+    seqs = [rng.integers(5, model.config.src_vocab_size, n).tolist() + [model.config.eos_id] for n in lengths]
+    diff, same = _compare(model, enc, dec, seqs, steps=10)
+    assert diff <= 1e-4
+    assert same
+
+
+def test_stale_detection_and_reexport(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    assert is_stale(tiny_checkpoint, out)
+    export_model(tiny_checkpoint, out, ExportConfig(verify=False))
+    assert not is_stale(tiny_checkpoint, out)
+    other = tmp_path / "other.pt"
+    payload = torch.load(tiny_checkpoint, weights_only=True)
+    payload["meta"] = {"name": "changed"}
+    torch.save(payload, other)
+    assert is_stale(other, out)
+
+
+def test_bad_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"\x00" * 100)
+    with pytest.raises(ValueError, match="cannot be read"):
+        export_model(bad, tmp_path / "out")
+    with pytest.raises(ValueError, match="does not exist"):
+        export_model(tmp_path / "missing.pt", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

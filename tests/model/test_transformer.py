@@ -1,0 +1,119 @@
+"""Model tests: the cache gives the same logits as the full prefix; config round trip; checkpoint round trip."""
+
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint, save_checkpoint
+from model.config import ModelConfig
+from model.layers import sinusoid_table
+from model.transformer import Transformer
+
+
+def tiny_config(**overrides: object) -> ModelConfig:
+    values: dict[str, object] = {
+        "src_vocab_size": 60,
+        "tgt_vocab_size": 60,
+        "d_model": 32,
+        "n_heads": 4,
+        "d_ff": 64,
+        "n_encoder_layers": 2,
+        "n_decoder_layers": 2,
+        "dropout": 0.0,
+    }
+    values.update(overrides)
+    return ModelConfig(**values)  # type: ignore[arg-type]
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 60, (3, 7), generator=g)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 4:] = False
+    src[1, 4:] = 0
+    tgt = torch.randint(4, 60, (3, 6), generator=g)
+    return src, mask, tgt
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm_position": "pre"},
+        {"activation": "swish", "sinusoid_layout": "concat", "final_logits_bias": True},
+        {"activation": "gelu", "share_embeddings": False, "tgt_vocab_size": 70},
+    ],
+)
+def test_incremental_decoding_matches_full_prefix(overrides: dict[str, object]) -> None:
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(**overrides)).eval()
+    if model.logits_bias is not None:
+        torch.nn.init.normal_(model.logits_bias)
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        full = model(src, mask, tgt)
+        cross = model.cross_kv(model.encode(src, mask))
+        cache = None
+        steps = []
+        for t in range(tgt.shape[1]):
+            logits, cache = model.decode_step(tgt[:, t : t + 1], cross, mask, cache)
+            steps.append(logits)
+        # two tokens at once after a cached prefix must agree too
+        _, prefix_cache = model.decode_step(tgt[:, :3], cross, mask, None)
+        chunk, _ = model.decode_step(tgt[:, 3:5], cross, mask, prefix_cache)
+    assert torch.allclose(full, torch.cat(steps, dim=1), atol=1e-5)
+    assert torch.allclose(full[:, 3:5], chunk, atol=1e-5)
+    assert cache is not None and cache[0][0].shape == (3, 4, 6, 8)
+
+
+def test_padding_does_not_change_other_positions() -> None:
+    torch.manual_seed(0)
+    model = Transformer(tiny_config()).eval()
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        padded = model(src[1:2], mask[1:2], tgt[1:2])
+        trimmed = model(src[1:2, :4], mask[1:2, :4], tgt[1:2])
+    assert torch.allclose(padded, trimmed, atol=1e-5)
+
+
+def test_embeddings_are_shared_with_output_projection() -> None:
+    model = Transformer(tiny_config())
+    assert model.generator.weight is model.src_embed.weight is model.tgt_embed.weight
+    separate = Transformer(tiny_config(share_embeddings=False, tgt_vocab_size=70))
+    assert separate.src_embed.weight is not separate.tgt_embed.weight
+    assert separate.generator.weight is separate.tgt_embed.weight
+
+
+def test_sinusoid_layouts() -> None:
+    inter = sinusoid_table(10, 8, "interleaved")
+    concat = sinusoid_table(10, 8, "concat")
+    assert torch.allclose(inter[:, 0::2], concat[:, :4]) and torch.allclose(inter[:, 1::2], concat[:, 4:])
+    assert inter[0, 1] == 1.0 and inter[0, 0] == 0.0  # cos(0), sin(0)
+
+
+def test_config_validation_and_round_trip() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        tiny_config(n_heads=5)
+    with pytest.raises(ValueError, match="activation"):
+        tiny_config(activation="tanh")
+    with pytest.raises(ValueError, match="share_embeddings"):
+        tiny_config(tgt_vocab_size=70)
+    config = tiny_config(languages=("de", "en"))
+    assert ModelConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="unknown ModelConfig keys"):
+        ModelConfig.from_dict({**config.to_dict(), "bogus": 1})
+
+
+def test_checkpoint_round_trip_fp16(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    model = Transformer(tiny_config()).eval()
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model, b"spm-bytes", meta={"steps": 3}, dtype=torch.float16)
+    loaded = load_checkpoint(path)
+    assert loaded.config == model.config and loaded.meta == {"steps": 3} and loaded.tokenizer_model == b"spm-bytes"
+    assert loaded.model.generator.weight is loaded.model.src_embed.weight
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        assert torch.allclose(model(src, mask, tgt), loaded.model(src, mask, tgt), atol=2e-2)
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot be read"):
+        load_checkpoint(tmp_path / "bad.pt")

@@ -1,0 +1,5 @@
+"""``python -m transduce``."""
+
+from transduce.cli import main
+
+raise SystemExit(main())
