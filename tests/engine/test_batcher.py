@@ -198,7 +198,7 @@ def test_token_limit_and_keys_separate_batches() -> None:
         await batcher.stop()
 
     run(main)
-    for key, items in recorder.calls:
+    for _key, items in recorder.calls:
         assert len({k for k, its in recorder.calls if its == items}) == 1
         assert sum(len(i) for i in items) <= 10 or len(items) == 1
     assert ("de-en", ["dd"]) in recorder.calls
