@@ -1,0 +1,61 @@
+"""Pure ASGI middleware: X-Request-ID on every response, and per-request metrics plus one JSON log line."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.state import AppState
+
+access_log = logging.getLogger("transduce.access")
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class RequestContextMiddleware:
+    """Echo (or create) X-Request-ID; count /translate outcomes; log one JSON line per /translate."""
+
+    def __init__(self, app: ASGIApp, state: AppState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Wrap one HTTP exchange."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _VALID_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.monotonic()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message).append("X-Request-ID", request_id)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if scope.get("path") == "/translate":
+                self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
+
+    def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:
+        metrics = self.state.metrics
+        metrics.requests.labels(status=str(status)).inc()
+        metrics.request_seconds.observe(total_ms / 1000)
+        state: dict[str, Any] = scope.get("state", {})
+        timing = state.get("timing")
+        fields = {"request_id": request_id, "method": scope.get("method"), "path": "/translate", "status": status,
+                  "total_ms": round(total_ms, 2), **state.get("sizes", {}),
+                  "queue_ms": round(timing.queue_ms, 2) if timing else None,
+                  "inference_ms": round(timing.inference_ms, 2) if timing else None}
+        access_log.info("translate %s", status, extra={"fields": fields})
