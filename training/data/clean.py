@@ -1,0 +1,55 @@
+"""Text cleaning and pair filters shared by every source; each filter counts what it removed for the data card."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+_WS = re.compile(r"\s+")
+_LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One aligned example; ``split`` is fixed by the source (Bible chapters) or None (decided by hash)."""
+
+    origin: str
+    en: str
+    de: str
+    split: str | None = None
+
+
+def normalize(text: str) -> str:
+    """NFC, no control characters, single spaces, stripped."""
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch for ch in text)
+    return _WS.sub(" ", text).strip()
+
+
+FILTERS = ("empty", "no_letters", "identical", "too_long", "length_ratio", "duplicate")
+
+
+def clean_pairs(pairs: Iterable[Pair], removed: Counter[str], *, max_tokens: int = 200,
+                max_ratio: float = 3.0) -> Iterator[Pair]:
+    """Normalise, then drop empty, letter-less, identical, over-long, badly length-matched and duplicate pairs."""
+    seen: set[tuple[str, str]] = set()
+    for pair in pairs:
+        en, de = normalize(pair.en), normalize(pair.de)
+        if not en or not de:
+            removed["empty"] += 1
+        elif not _LETTER.search(en) or not _LETTER.search(de):
+            removed["no_letters"] += 1
+        elif en == de:
+            removed["identical"] += 1
+        elif len(en.split()) > max_tokens or len(de.split()) > max_tokens:
+            removed["too_long"] += 1
+        elif max(len(en), len(de)) > 12 and max(len(en), len(de)) / max(1, min(len(en), len(de))) > max_ratio:
+            removed["length_ratio"] += 1
+        elif (en, de) in seen:
+            removed["duplicate"] += 1
+        else:
+            seen.add((en, de))
+            yield Pair(pair.origin, en, de, pair.split)
