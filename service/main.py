@@ -9,13 +9,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from service.config import Settings
 from service.errors import install_error_handlers
 from service.middleware import RequestContextMiddleware
 from service.observability import Metrics
 from service.pipeline import TranslationPipeline, TranslatorLike
-from service.routers import health, meta, observability, translate
+from service.routers import health, meta, observability, translate, web
 from service.state import AppState
 
 log = logging.getLogger("transduce.service")
@@ -68,8 +69,9 @@ def create_app(settings: Settings | None = None, *,
     app.state.transduce = state
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, state=state)
-    for module in (translate, meta, health, observability):
+    for module in (translate, meta, health, observability, web):
         app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=web.STATIC), name="static")
     return app
 
 

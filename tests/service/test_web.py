@@ -1,0 +1,124 @@
+"""The web page: served without external resources, and driven in a real headless Chromium against the service."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from engine.translator import Translator
+from service.config import Settings
+from service.main import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+
+
+@pytest.fixture(scope="module")
+def live_server(tiny_translator: Translator) -> Iterator[str]:
+    """The real app under uvicorn on a free loopback port (max_chars small so the error case is easy)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(Settings(max_chars=200, log_json=False), translator_factory=lambda _: tiny_translator)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    yield url
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_static_page_is_self_contained(live_server: str) -> None:
+    html = httpx.get(live_server + "/").text
+    for element in ('id="source"', 'id="target"', 'id="swap"', 'id="translate"', 'id="copy"', 'id="counter"',
+                    'href="/docs"'):
+        assert element in html
+    for asset in ("/", "/static/app.js", "/static/style.css"):
+        body = httpx.get(live_server + asset).text
+        assert not re.search(r"(src|href)=[\"']https?://", body), asset
+        assert "cdn" not in body.lower()
+    settings = httpx.get(live_server + "/frontend/settings").json()
+    assert settings["char_limit"] == 200 and settings["model"] == "tiny-random"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium, headless, through chromium-driver (never a downloaded browser)."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("Debian chromium/chromium-driver are not installed (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = Path(__import__("tempfile").mkdtemp(prefix="transduce-chromium-"))
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1100,720", f"--user-data-dir={profile}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_translate_in_the_browser(browser: Any, live_server: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    wait = WebDriverWait(browser, 20)
+    browser.get(live_server + "/")
+    wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
+    assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "en"
+    assert Select(browser.find_element(By.ID, "target")).first_selected_option.get_attribute("value") == "de"
+    text = "The cat sees the dog."
+    expected = httpx.post(live_server + "/translate", json={"q": text, "source": "en", "target": "de"}).json()
+    box = browser.find_element(By.ID, "input")
+    box.send_keys(text)
+    assert browser.find_element(By.ID, "counter").text == f"{len(text)} / 200"
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
+    assert browser.find_element(By.ID, "output").get_attribute("value") == expected["translatedText"]
+    assert "ms" in browser.find_element(By.ID, "status").text
+    ROOT.joinpath("docs").mkdir(exist_ok=True)
+    browser.save_screenshot(str(ROOT / "docs" / "screenshot.png"))
+
+    # Ctrl+Enter translates too
+    browser.execute_script("document.getElementById('output').value = ''")
+    box.send_keys(Keys.CONTROL, Keys.ENTER)
+    wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
+
+    # swap: languages change sides and the translation becomes the input
+    translation = browser.find_element(By.ID, "output").get_attribute("value")
+    browser.find_element(By.ID, "swap").click()
+    assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "de"
+    assert box.get_attribute("value") == translation
+
+    # an API error is shown to the user: over the server's 200-character limit
+    box.clear()
+    box.send_keys("a" * 250)
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "exceeds the limit of 200 characters" in browser.find_element(By.ID, "error").text
