@@ -19,6 +19,7 @@ Import is exact: same weights, same special ids, one SentencePiece model whose i
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -36,6 +37,8 @@ from model.config import ModelConfig
 from model.layers import sinusoid_table
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
+
+log = logging.getLogger("transduce.interop")
 
 # MarianConfig defaults (transformers 5.x) for keys a config.json may leave out
 HF_DEFAULTS: dict[str, Any] = {
@@ -75,6 +78,7 @@ class ImportReport:
     target_only: int  # pieces only the target side produces
     missing_from_vocab: int  # source.spm pieces that Marian maps to <unk> (see interop.marian_vocab)
     decoder_start_folded: bool  # a non-standard decoder position 0 (e.g. our own export) folded into the start row
+    pad_banned: bool  # <pad> made impossible to generate (logit bias -1e4), like OPUS-MT's bad_words_ids=[[pad]]
 
 
 @dataclass(frozen=True)
@@ -111,11 +115,15 @@ def marian_config(hf: dict[str, Any], *, unk_id: int, languages: tuple[str, ...]
         raise ValueError(f"config.json has model_type {hf.get('model_type')!r}, expected 'marian'")
     for flag in ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits"):
         if hf.get(flag):
-            raise ValueError(f"config.json sets {flag}=true, which HF MarianMTModel ignores; refusing an ambiguous model")
+            raise ValueError(
+                f"config.json sets {flag}=true, which HF MarianMTModel ignores; refusing an ambiguous model"
+            )
     if hf.get("static_position_embeddings") is False:
         raise ValueError("config.json sets static_position_embeddings=false: learned positions are not supported")
     if not g["share_encoder_decoder_embeddings"] or g["decoder_vocab_size"] not in (None, g["vocab_size"]):
-        raise ValueError("separate source/target vocabularies (share_encoder_decoder_embeddings=false) are not supported")
+        raise ValueError(
+            "separate source/target vocabularies (share_encoder_decoder_embeddings=false) are not supported"
+        )
     if hf.get("tie_word_embeddings") is False:
         raise ValueError("tie_word_embeddings=false (an untied output layer) is not supported")
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
@@ -164,7 +172,9 @@ def _languages(hf_dir: Path, tok_cfg: dict[str, Any], source: str | None, target
 def _import_state(state: dict[str, Tensor], cfg: ModelConfig) -> tuple[dict[str, Tensor], bool]:
     """Our state dict from HF tensors; second value: whether a shifted decoder position 0 was folded in."""
     V, d, used = cfg.tgt_vocab_size, cfg.d_model, set()
-    embeddings = [k for k in ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight") if k in state]
+    embeddings = [
+        k for k in ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight") if k in state
+    ]
     if not embeddings:
         raise ValueError("the HF weights have no token embedding (model.shared.weight)")
     emb = state[embeddings[0]].float().clone()
@@ -181,7 +191,9 @@ def _import_state(state: dict[str, Tensor], cfg: ModelConfig) -> tuple[dict[str,
     out = {"src_embed.weight": emb, "logits_bias": bias}
     for ours, hf, _ in layer_names(cfg.n_encoder_layers, cfg.n_decoder_layers):
         if hf not in state:
-            raise ValueError(f"the HF weights lack {hf!r} (is this a MarianMTModel with {cfg.n_encoder_layers} layers?)")
+            raise ValueError(
+                f"the HF weights lack {hf!r} (is this a MarianMTModel with {cfg.n_encoder_layers} layers?)"
+            )
         out[ours] = state[hf].float()
         used.add(hf)
     table = sinusoid_table(cfg.max_positions, d, "concat")
@@ -215,8 +227,14 @@ def import_marian(
     source_lang: str | None = None,
     target_lang: str | None = None,
     name: str | None = None,
+    ban_pad: bool = False,
 ) -> ImportReport:
-    """Convert an HF MarianMTModel directory (config.json, weights, source.spm, target.spm, vocab.json)."""
+    """Convert an HF MarianMTModel directory (config.json, weights, source.spm, target.spm, vocab.json).
+
+    ``ban_pad`` sets the <pad> logit bias to -1e4 so it is never generated, as transformers' generate does for
+    OPUS-MT through ``bad_words_ids=[[pad]]``; other tokens' log-probs then differ from transformers' by
+    log(1 - p(pad)) (transformers masks after the softmax), which is why it is off by default.
+    """
     hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
         raise ValueError(f"{hf_dir} is not a directory")
@@ -245,6 +263,8 @@ def import_marian(
             f"eos_token_id/pad_token_id ({cfg.eos_id}/{cfg.pad_id})"
         )
     state, folded = _import_state(read_hf_weights(hf_dir), cfg)
+    if ban_pad:
+        state["logits_bias"][cfg.pad_id] = EXCLUDED_BIAS
     model = Transformer(cfg)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
@@ -253,10 +273,19 @@ def import_marian(
     missing = [k for k in missing if k not in ("tgt_embed.weight", "generator.weight")]
     assert not missing and not unexpected, (missing, unexpected)
     name = name or hf_dir.resolve().name
-    save_checkpoint(out_checkpoint, model.eval(), sp.model, meta={"name": name, "pairs": [list(pair)], "source": "marian"})
+    save_checkpoint(
+        out_checkpoint, model.eval(), sp.model, meta={"name": name, "pairs": [list(pair)], "source": "marian"}
+    )
+    if sp.missing_from_vocab:
+        log.warning(
+            "%d source.spm pieces are not in vocab.json (e.g. %s): Marian maps them to <unk>, transduce re-segments "
+            "such words with in-vocabulary pieces",
+            len(sp.missing_from_vocab),
+            sp.missing_from_vocab[:5],
+        )
     return ImportReport(
         str(out_checkpoint), name, pair, cfg.tgt_vocab_size, sp.from_source, sp.target_only,
-        len(sp.missing_from_vocab), folded,
+        len(sp.missing_from_vocab), folded, ban_pad,
     )  # fmt: skip
 
 
@@ -314,7 +343,7 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
     sd = {k: v.detach().float() for k, v in model.state_dict().items()}
     emb = sd["src_embed.weight"][:, perm]
     bias = sd["logits_bias"] if "logits_bias" in sd else torch.zeros(V)
-    pe = model.pe[:, perm].float()  # bitwise the concat table when ours is interleaved
+    pe = model.get_buffer("pe")[:, perm].float()  # bitwise the concat table when ours is interleaved
     dec_pe = pe.clone()
     dec_pe[0] = emb[cfg.decoder_start_id] * model.embed_scale + pe[0]  # the same float ops as Transformer.embed
     state = {

@@ -6,20 +6,22 @@ Tokenizer and engine expect ONE SentencePiece model whose ids are the model ids.
 pieces in ``vocab.json`` order; pieces of ``source.spm`` keep their type and score (so the unigram Viterbi segmentation
 is source.spm's whenever that segmentation only uses in-vocabulary pieces, which is the case Marian itself handles
 without <unk>); pieces that only the target side knows become UNUSED (SentencePiece never produces them when encoding
-but decodes them normally), except single characters source.spm cannot segment at all (source.spm emits them as
-unknown pieces and Marian looks that surface up in vocab.json, so they stay NORMAL); </s>, <pad> and >>lang<< codes are CONTROL; <unk> is UNKNOWN. The normaliser (and
-denormaliser) come from source.spm, which is also what transformers' MarianTokenizer decodes with when the
-vocabulary is shared.
+but decodes them normally), except single characters that source.spm cannot segment at all (source.spm emits
+them as unknown pieces and Marian looks that surface up in vocab.json, so they stay NORMAL); </s>, <pad> and
+>>lang<< codes are CONTROL; <unk> is UNKNOWN. The normaliser (and denormaliser) come from source.spm, which is also
+what transformers' MarianTokenizer decodes with when the vocabulary is shared.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import sentencepiece as spm
-from sentencepiece import sentencepiece_model_pb2 as pb
+from sentencepiece import sentencepiece_model_pb2
 
+pb: Any = sentencepiece_model_pb2  # generated protobuf module (no type stubs)
 Piece = pb.ModelProto.SentencePiece
 LANG_CODE = re.compile(r"^>>.+<<$")  # multilingual OPUS-MT target-language codes, e.g. >>fra<<
 KEEP_TYPES = (Piece.NORMAL, Piece.USER_DEFINED, Piece.BYTE, Piece.UNUSED)
@@ -36,7 +38,7 @@ class MarianSpm:
     missing_from_vocab: list[str] = field(default_factory=list)  # source.spm pieces absent from vocab.json
 
 
-def parse_spm(data: bytes, what: str) -> pb.ModelProto:
+def parse_spm(data: bytes, what: str) -> Any:
     """Parse a serialized SentencePiece ModelProto; ValueError naming ``what`` when it is not one."""
     proto = pb.ModelProto()
     try:
@@ -48,7 +50,7 @@ def parse_spm(data: bytes, what: str) -> pb.ModelProto:
     return proto
 
 
-def _check_loads(proto: pb.ModelProto, what: str) -> bytes:
+def _check_loads(proto: Any, what: str) -> bytes:
     data = proto.SerializeToString()
     sp = spm.SentencePieceProcessor()
     try:

@@ -64,15 +64,17 @@ def _strip(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def read_hf_weights(hf_dir: Path) -> dict[str, Tensor]:
-    """All tensors of an HF model directory (safetensors, sharded safetensors or pytorch_model.bin), "model." stripped."""
+    """Tensors of an HF model dir (safetensors, sharded safetensors or pytorch_model.bin), "model." prefix stripped."""
     single, index, binary = hf_dir / "model.safetensors", hf_dir / "model.safetensors.index.json", None
     if single.is_file() or index.is_file():
         try:
             from safetensors.torch import load_file
         except ImportError as exc:
-            raise ValueError("reading .safetensors weights needs the safetensors package (pip install safetensors)") from exc
-        files = [single] if single.is_file() else sorted(
-            {hf_dir / f for f in json.loads(index.read_text())["weight_map"].values()}
+            raise ValueError("reading .safetensors weights needs the safetensors package") from exc
+        files = (
+            [single]
+            if single.is_file()
+            else sorted({hf_dir / f for f in json.loads(index.read_text())["weight_map"].values()})
         )
         state: dict[str, Tensor] = {}
         for f in files:
@@ -95,5 +97,7 @@ def write_safetensors(path: Path, state: dict[str, Tensor]) -> None:
     try:
         from safetensors.torch import save_file
     except ImportError as exc:
-        raise ValueError("writing an HF model directory needs the safetensors package (pip install safetensors)") from exc
-    save_file({k: v.detach().float().contiguous().clone() for k, v in state.items()}, str(path), metadata={"format": "pt"})
+        raise ValueError("writing an HF model directory needs the safetensors package") from exc
+    save_file(
+        {k: v.detach().float().contiguous().clone() for k, v in state.items()}, str(path), metadata={"format": "pt"}
+    )

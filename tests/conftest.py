@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "service"))  # test helpers (livesrv) importable by name
 
 EN = [
     "the",

@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("training.data.cli", "build a parallel corpus from packaged sources (data build --pair en-de OUT)"),
     "train": ("training.cli", "train a Transformer on a corpus built by `transduce data build`"),
     "eval": ("training.evaluate", "translate a TSV test set through the ONNX engine and print BLEU and chrF"),
+    "import-marian": ("interop.import_cli", "convert a Hugging Face MarianMTModel (OPUS-MT) directory to a checkpoint"),
+    "export-marian": ("interop.export_cli", "write a checkpoint as a Hugging Face Marian directory (for CTranslate2)"),
     "bench": ("bench.cli", "benchmarks: engines side by side, or the service under load"),
 }
 

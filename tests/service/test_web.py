@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from livesrv import live_server
 
 from engine.translator import Translator
-from service.config import Settings
-from service.main import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -26,38 +21,22 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
-def live_server(tiny_translator: Translator) -> Iterator[str]:
-    """The real app under uvicorn on a free loopback port (max_chars small so the error case is easy)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = create_app(Settings(max_chars=200, log_json=False), translator_factory=lambda _: tiny_translator)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    yield url
-    server.should_exit = True
-    thread.join(10)
+def web_url(tiny_translator: Translator) -> Iterator[str]:
+    """The real app under uvicorn on loopback (max_chars small so the error case is easy)."""
+    with live_server(tiny_translator, max_chars=200) as url:
+        yield url
 
 
-def test_static_page_is_self_contained(live_server: str) -> None:
-    html = httpx.get(live_server + "/").text
+def test_static_page_is_self_contained(web_url: str) -> None:
+    html = httpx.get(web_url + "/").text
     for element in ('id="source"', 'id="target"', 'id="swap"', 'id="translate"', 'id="copy"', 'id="counter"',
                     'href="/docs"'):
         assert element in html
     for asset in ("/", "/static/app.js", "/static/style.css"):
-        body = httpx.get(live_server + asset).text
+        body = httpx.get(web_url + asset).text
         assert not re.search(r"(src|href)=[\"']https?://", body), asset
         assert "cdn" not in body.lower()
-    settings = httpx.get(live_server + "/frontend/settings").json()
+    settings = httpx.get(web_url + "/frontend/settings").json()
     assert settings["char_limit"] == 200 and settings["model"] == "tiny-random"
 
 
@@ -83,18 +62,18 @@ def browser() -> Iterator[Any]:
     shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_translate_in_the_browser(browser: Any, live_server: str) -> None:
+def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     wait = WebDriverWait(browser, 20)
-    browser.get(live_server + "/")
+    browser.get(web_url + "/")
     wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
     assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "en"
     assert Select(browser.find_element(By.ID, "target")).first_selected_option.get_attribute("value") == "de"
     text = "The cat sees the dog."
-    expected = httpx.post(live_server + "/translate", json={"q": text, "source": "en", "target": "de"}).json()
+    expected = httpx.post(web_url + "/translate", json={"q": text, "source": "en", "target": "de"}).json()
     box = browser.find_element(By.ID, "input")
     box.send_keys(text)
     assert browser.find_element(By.ID, "counter").text == f"{len(text)} / 200"
