@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 from dataclasses import dataclass, field
@@ -36,11 +38,17 @@ def choose_providers(device: str) -> list[str]:
     if device == "cpu":
         return [CPU]
     if CUDA in ort.get_available_providers():
+        captured = io.StringIO()  # preload_dlls prints to stdout, which belongs to `transduce translate` output
         try:  # onnxruntime-gpu >= 1.19 loads CUDA/cuDNN from the nvidia pip packages when present
-            ort.preload_dlls()
+            with contextlib.redirect_stdout(captured):
+                ort.preload_dlls()
         except Exception as exc:  # noqa: BLE001 - best effort, the session creation below is the real test
             log.debug("preload_dlls failed: %s", exc)
-        return [CUDA, CPU]
+        missing = [line for line in captured.getvalue().splitlines() if line.startswith("Failed to load")]
+        if not missing or device == "cuda":
+            return [CUDA, CPU]
+        log.info("CUDA libraries not found (%s); using the CPU", missing[0])
+        return [CPU]
     if device == "cuda":
         raise ModelLoadError("device='cuda' was requested but this onnxruntime has no CUDA execution provider")
     return [CPU]

@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench.cli", "benchmarks: engines side by side, or the service under load"),
 }
 
+QUIET = {"translate", "eval"}
+
 
 def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -61,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     module.add_arguments(parser)
     args = parser.parse_args(rest)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    quiet = name in QUIET  # their stdout/stderr are for translations and one-line errors only
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:

@@ -1,0 +1,109 @@
+"""Container files, checked without a container engine: compose structure, Dockerfile rules, and the image's
+exact command (entrypoint + environment) run here on the exported tiny model."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+from livesrv import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """Instructions per build stage, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    stages: list[list[tuple[str, str]]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, args = line.partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((instruction.upper(), args.strip()))
+    return stages
+
+
+def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) == 2
+    build, runtime = stages
+    assert " AS export" in build[0][1] and "torch==2.13.0" in " ".join(a for i, a in build if i == "RUN")
+    assert any(i == "RUN" and "transduce export" in a for i, a in build)
+    assert "nvidia/cuda" in runtime[0][1] and "runtime" in runtime[0][1]
+    runs = " ".join(a for i, a in runtime if i == "RUN")
+    assert "torch" not in runs and "build-essential" not in runs and "gcc" not in runs
+    assert "pip install --no-cache-dir ." in runs  # the base install: onnxruntime-gpu, fastapi, ... and no extras
+    instructions = dict(runtime)
+    assert instructions["USER"] not in ("root", "0")
+    assert "/health/ready" in instructions["HEALTHCHECK"]
+    assert instructions["STOPSIGNAL"] == "SIGTERM"
+    assert instructions["ENTRYPOINT"] == '["transduce", "serve"]'
+    assert any(i == "COPY" and a.startswith("--from=export") for i, a in runtime)
+    for instruction, _ in build + runtime:  # only known instructions (a typo would break `docker build`)
+        assert instruction in {"FROM", "RUN", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE", "HEALTHCHECK", "STOPSIGNAL",
+                               "ENTRYPOINT", "CMD", "ARG", "LABEL"}
+
+
+def test_pyproject_base_dependencies_have_no_torch() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith(("torch", "onnx>", "onnx=", "transformers")) for d in project["dependencies"])
+    assert any(d.startswith("onnxruntime-gpu") for d in project["dependencies"])
+
+
+def test_compose_reserves_the_gpu_and_has_a_cpu_profile() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    gpu = compose["services"]["transduce"]
+    devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    assert gpu["environment"]["TRANSDUCE_DEVICE"] == "cuda"
+    cpu = compose["services"]["transduce-cpu"]
+    assert cpu["profiles"] == ["cpu"] and "deploy" not in cpu and cpu["environment"]["TRANSDUCE_DEVICE"] == "cpu"
+    for service in (gpu, cpu):
+        assert service["ports"] == ["${TRANSDUCE_PORT:-5000}:5000"]
+        assert "/health/ready" in " ".join(service["healthcheck"]["test"])
+        assert service["restart"] == "unless-stopped"
+        assert int(service["stop_grace_period"].rstrip("s")) > 30  # longer than the default drain grace
+        assert all(key.startswith("TRANSDUCE_") for key in service["environment"])
+
+
+def test_the_image_command_serves_the_exported_model(tiny_model_dir: Path) -> None:
+    """Same entrypoint and ENV as the runtime stage; only the model path and port are this machine's."""
+    runtime = dockerfile_stages()[1]
+    env = {}
+    for instruction, args in runtime:
+        if instruction == "ENV":
+            env.update(dict(part.split("=", 1) for part in shlex.split(args)))
+    port = free_port()
+    env.update({"TRANSDUCE_MODEL_DIR": str(tiny_model_dir), "TRANSDUCE_PORT": str(port),
+                "TRANSDUCE_HOST": "127.0.0.1"})
+    env.pop("PATH", None)
+    entrypoint = yaml.safe_load(dict(runtime)["ENTRYPOINT"])
+    command = [str(Path(sys.executable).parent / entrypoint[0]), *entrypoint[1:]]
+    proc = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        r = httpx.post(url + "/translate", json={"q": "Hello world.", "source": "en", "target": "de"}, timeout=30)
+        assert r.status_code == 200 and r.json()["translatedText"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode()[-2000:]
