@@ -64,7 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     quiet = name in QUIET  # their stdout/stderr are for translations and one-line errors only
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
