@@ -1,0 +1,158 @@
+"""One function per engine: translate id sequences in batches, timing each batch; run in a fresh subprocess each."""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Job:
+    """What one contender translates, and how."""
+
+    engine: str
+    path: str  # model location for that engine
+    sources: list[list[int]]  # source ids (tag + pieces + eos), identical for every engine
+    beam_size: int
+    batch_size: int
+    threads: int
+    fixed_length: int | None = None  # force exactly this many target tokens (random-weight models)
+    pieces: list[str] = field(default_factory=list)  # id -> piece string (CTranslate2 takes tokens)
+
+
+@dataclass
+class Outcome:
+    """Hypotheses (ids, no eos), per-batch seconds, and the subprocess's peak resident memory."""
+
+    hyps: list[list[int]]
+    batch_seconds: list[float]
+    peak_rss_mb: float
+    error: str | None = None
+
+
+def _batches(job: Job) -> list[list[int]]:
+    order = sorted(range(len(job.sources)), key=lambda i: len(job.sources[i]))  # every engine gets the same chunks
+    return [order[i : i + job.batch_size] for i in range(0, len(order), job.batch_size)]
+
+
+def _time(job: Job, run_batch: Callable[[list[list[int]]], list[list[int]]]) -> Outcome:
+    hyps: list[list[int]] = [[] for _ in job.sources]
+    run_batch([job.sources[0]])  # warm-up (graph optimisation, allocations)
+    seconds = []
+    for batch in _batches(job):
+        started = time.perf_counter()
+        out = run_batch([job.sources[i] for i in batch])
+        seconds.append(time.perf_counter() - started)
+        for i, h in zip(batch, out, strict=True):
+            hyps[i] = h
+    return Outcome(hyps, seconds, peak_rss_mb())
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss it is not inherited across fork + exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_transduce(job: Job) -> Outcome:
+    """This project's engine (onnxruntime, CPU or CUDA)."""
+    from engine.options import DecodeOptions
+    from engine.translator import Translator
+
+    translator = Translator(job.path, device="cuda" if job.engine.endswith("cuda") else "cpu",
+                            intra_threads=job.threads)
+    L = job.fixed_length
+
+    def run(src: list[list[int]]) -> list[list[int]]:
+        # the same length cap as the other engines: longest source of the batch + 50 (or exactly L)
+        options = DecodeOptions(beam_size=job.beam_size, length_penalty=0.0, max_batch_size=job.batch_size,
+                                max_decoding_length=L or max(len(s) for s in src) + 50, min_decoding_length=L or 1)
+        return [r.tokens[0] for r in translator.translate_batch(src, options=options)]
+
+    return _time(job, run)
+
+
+def run_transformers(job: Job) -> Outcome:
+    """Hugging Face transformers MarianMTModel.generate (PyTorch), the reference."""
+    import torch
+    from transformers import MarianMTModel
+
+    torch.set_num_threads(job.threads)
+    model = MarianMTModel.from_pretrained(job.path).eval()
+    pad = model.config.pad_token_id
+    eos = model.config.eos_token_id
+    L = job.fixed_length
+
+    def run(src: list[list[int]]) -> list[list[int]]:
+        S = max(len(s) for s in src)
+        ids = torch.tensor([s + [pad] * (S - len(s)) for s in src])
+        mask = (torch.arange(S)[None, :] < torch.tensor([len(s) for s in src])[:, None]).long()
+        kwargs: dict[str, Any] = {"num_beams": job.beam_size, "do_sample": False, "length_penalty": 0.0,
+                                  "early_stopping": True}
+        if L:
+            kwargs.update(min_new_tokens=L, max_new_tokens=L)
+        else:
+            kwargs.update(max_new_tokens=S + 50, min_new_tokens=1)
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        return [[t for t in row.tolist()[1:] if t not in (pad, eos)] for row in out]
+
+    return _time(job, run)
+
+
+def run_ctranslate2(job: Job) -> Outcome:
+    """CTranslate2 (converted from the same Marian export), fp32 or int8."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(job.path, device="cpu", intra_threads=job.threads, inter_threads=1,
+                                        compute_type="int8" if job.engine.endswith("int8") else "float32")
+    piece_to_id = {p: i for i, p in enumerate(job.pieces)}
+    L = job.fixed_length
+
+    def run(src: list[list[int]]) -> list[list[int]]:
+        tokens = [[job.pieces[t] for t in s] for s in src]
+        kwargs: dict[str, Any] = {"beam_size": job.beam_size, "max_batch_size": job.batch_size,
+                                  "length_penalty": 0.0}
+        if L:
+            kwargs.update(min_decoding_length=L, max_decoding_length=L)
+        else:
+            kwargs.update(max_decoding_length=max(len(s) for s in src) + 50, min_decoding_length=1)
+        results = translator.translate_batch(tokens, **kwargs)
+        return [[piece_to_id.get(p, 1) for p in r.hypotheses[0]] for r in results]
+
+    return _time(job, run)
+
+
+RUNNERS = {"transduce-cpu-fp32": run_transduce, "transduce-cpu-int8": run_transduce,
+           "transduce-cuda-fp16": run_transduce, "transformers": run_transformers,
+           "ctranslate2-fp32": run_ctranslate2, "ctranslate2-int8": run_ctranslate2}
+
+
+def run_job(job: Job) -> Outcome:
+    """Entry point of the per-contender subprocess; an engine error is reported, not raised."""
+    try:
+        return RUNNERS[job.engine](job)
+    except Exception as exc:  # noqa: BLE001 - a contender that cannot run is a row with an error
+        return Outcome([], [], peak_rss_mb(),
+                       f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def available(engine: str) -> str | None:
+    """Why a contender cannot run here (None = it can)."""
+    import importlib.util
+
+    needs = {"transformers": "transformers", "ctranslate2-fp32": "ctranslate2", "ctranslate2-int8": "ctranslate2"}
+    if engine in needs and importlib.util.find_spec(needs[engine]) is None:
+        return f"{needs[engine]} is not installed (pip install -e '.[bench]')"
+    if engine == "transduce-cuda-fp16":
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers() or not Path("/dev/nvidia0").exists():
+            return "no CUDA device"
+    return None

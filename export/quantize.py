@@ -1,0 +1,30 @@
+"""int8 dynamic quantisation of an exported model directory (onnxruntime.quantization), for CPU serving."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from engine.manifest import MANIFEST_FILE
+from export.onnx_export import sha256_file
+
+
+def quantize_model_dir(src: str | Path, dst: str | Path) -> dict[str, Any]:
+    """Copy ``src`` to ``dst`` with encoder/decoder MatMul weights quantised to int8 (activations stay float)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, dst = Path(src), Path(dst)
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        quantize_dynamic(src / graph, dst / graph, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+    manifest = json.loads((dst / MANIFEST_FILE).read_text())
+    manifest["dtype"] = "int8-dynamic"
+    manifest["model_name"] = manifest["model_name"] + "-int8"
+    manifest["checksums"] = {f: sha256_file(dst / f) for f in manifest.get("checksums", {})}
+    manifest.pop("verification", None)  # int8 is not expected to match fp32 within 1e-4
+    (dst / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
