@@ -27,6 +27,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSON log lines (env TRANSDUCE_LOG_JSON; default on)")
 
 
+def _draining_server_class() -> type:
+    import contextlib
+    from collections.abc import Iterator
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn re-raises SIGTERM after a graceful shutdown (exit -15); a drained shutdown here exits 0."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
+
+    return DrainingServer
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate settings, load the translator, serve until SIGTERM/SIGINT; exit 0 after draining."""
     import uvicorn
@@ -52,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"transduce serve: cannot load the model: {exc}", file=sys.stderr)
         return 1
     app = create_app(settings, translator_factory=lambda _: translator)
+    DrainingServer = _draining_server_class()  # noqa: N806
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=int(settings.shutdown_grace_s), lifespan="on")
-    server = uvicorn.Server(config)
+    server = DrainingServer(config)
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits on a port already in use, for example

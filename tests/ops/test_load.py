@@ -41,7 +41,10 @@ def test_32_clients_zero_errors_and_consistent_answers(tiny_translator: Translat
 
     with live_server(tiny_translator, max_wait_ms=5.0) as url:
         started = time.monotonic()
-        asyncio.run(asyncio.wait_for(asyncio.gather(*(client(url, i) for i in range(CLIENTS))), SECONDS + 120))
+        async def all_clients() -> None:
+            await asyncio.wait_for(asyncio.gather(*(client(url, i) for i in range(CLIENTS))), SECONDS + 120)
+
+        asyncio.run(all_clients())
         elapsed = time.monotonic() - started
         latency = httpx.get(url + "/latency").json()
     print(f"load: {done} requests from {CLIENTS} clients in {elapsed:.1f} s ({done / elapsed:.1f} req/s), "
