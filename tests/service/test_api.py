@@ -236,3 +236,49 @@ async def test_concurrent_requests_are_batched(make_client: Any, make_gated: Any
                  "transduce_inference_seconds_sum", "transduce_queue_depth", "transduce_batch_size_bucket",
                  "transduce_generated_tokens_total", "transduce_padding_ratio"):
         assert name in metrics
+
+
+@pytest.mark.parametrize("text", [
+    "Hello\x00world\x07 \x1b[31mred\x1b[0m",  # control characters
+    "zero\u200bwidth\u200djoiner\ufeff",  # zero-width characters and a BOM
+    "Hello Мир 世界 مرحبا",  # mixed scripts
+    "I love it 😀👍🏽 🇩🇪",  # emoji, skin tone, flag
+    "שלום עולם! مرحبا بالعالم",  # right-to-left text
+    "<p>Hello <b>world</b></p><script>alert(1)</script>",  # HTML sent as format=text
+    "a" * 1000,  # a 1,000-character single "word"
+    "\u0301\u0301\u0301",  # lone combining marks
+    "   leading and trailing   ",
+])
+async def test_weird_but_valid_text_translates_or_passes(make_client: Any, text: str) -> None:
+    async with make_client() as client:
+        r = await client.post("/translate", json={"q": text, "source": "en", "target": "de", "format": "text"})
+    assert r.status_code in (200, 400), r.text
+    if r.status_code == 200:
+        assert isinstance(r.json()["translatedText"], str)
+    else:
+        assert "max_sentence_tokens" in r.json()["error"]  # the one limit such text may hit: named, not truncated
+
+
+async def test_10000_character_word(make_client: Any) -> None:
+    async with make_client(max_chars=20_000) as client:
+        unknown = await client.post("/translate", json={"q": "x" * 10_000, "source": "en", "target": "de"})
+        known = await client.post("/translate", json={"q": "hello" * 2_000, "source": "en", "target": "de"})
+    assert unknown.status_code == 200  # one unknown piece: translated (bounded by source length + 50)
+    assert known.status_code == 400 and "max_sentence_tokens" in known.json()["error"]  # thousands of pieces
+    async with make_client() as client:
+        r = await client.post("/translate", json={"q": "x" * 10_000, "source": "en", "target": "de"})
+    assert r.status_code == 413 and "max_chars" in r.json()["error"]
+
+
+def test_access_log_is_one_json_line() -> None:
+    import logging
+
+    from service.observability import JsonFormatter
+
+    record = logging.LogRecord("transduce.access", logging.INFO, __file__, 1, "translate %s", (200,), None)
+    record.fields = {"request_id": "abc", "status": 200, "queue_ms": 1.5}  # type: ignore[attr-defined]
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert {k: parsed[k] for k in ("msg", "request_id", "status", "queue_ms")} == {
+        "msg": "translate 200", "request_id": "abc", "status": 200, "queue_ms": 1.5}
