@@ -65,42 +65,39 @@ def evaluate(
     rows = read_tsv(tsv, source, target)[:limit]
     if not rows:
         raise ValueError(f"{tsv} has no rows for {source}->{target}")
+    # one hypothesis per distinct (origin, source); every row's target is a reference for it (the Bible test set
+    # pairs each verse of 3 English editions with 2 German ones, so a verse has several references)
+    refs: dict[tuple[str, str], list[str]] = {}
+    for origin, src, tgt in rows:
+        refs.setdefault((origin, src), []).append(tgt)
+    items = list(refs)
     translator = Translator(model_dir, device=device)
     translator.check_pair(source, target)
     options = DecodeOptions(beam_size=beam_size, max_batch_size=batch_size)
     hyps: list[str] = []
     started = time.monotonic()
-    with tqdm(
-        total=len(rows), desc=f"eval {source}->{target}", unit=" sent", disable=not progress, file=sys.stderr
-    ) as bar:
-        for i in range(0, len(rows), batch_size * 4):
-            chunk = [r[1] for r in rows[i : i + batch_size * 4]]
-            hyps += [
-                r.hypotheses[0]
-                for r in translator.translate(chunk, source_lang=source, target_lang=target, options=options)
-            ]
+    with tqdm(total=len(items), desc=f"eval {source}->{target}", unit=" sent", disable=not progress,
+              file=sys.stderr) as bar:
+        for i in range(0, len(items), batch_size * 4):
+            chunk = [src for _, src in items[i : i + batch_size * 4]]
+            hyps += [r.hypotheses[0] for r in translator.translate(chunk, source_lang=source, target_lang=target,
+                                                                    options=options)]
             bar.update(len(chunk))
     seconds = time.monotonic() - started
-    groups: dict[str, list[int]] = {"all": list(range(len(rows)))}
+    groups: dict[str, list[int]] = {"all": list(range(len(items)))}
     if by_origin:
-        for i, (origin, _, _) in enumerate(rows):
+        for i, (origin, _) in enumerate(items):
             groups.setdefault(origin, []).append(i)
         if len(groups) == 2:  # a single origin: "all" says it already
             groups.pop(next(k for k in groups if k != "all"))
     results = []
     for origin, idx in groups.items():
-        h, r = [hyps[i] for i in idx], [rows[i][2] for i in idx]
-        results.append(
-            EvalResult(
-                source,
-                target,
-                origin,
-                len(idx),
-                sacrebleu.corpus_bleu(h, [r]).score,
-                sacrebleu.corpus_chrf(h, [r]).score,
-                seconds,
-            )
-        )
+        h = [hyps[i] for i in idx]
+        ref_lists = [refs[items[i]] for i in idx]
+        width = max(len(r) for r in ref_lists)
+        streams = [[r[k] if k < len(r) else r[0] for r in ref_lists] for k in range(width)]  # repeat to fill
+        results.append(EvalResult(source, target, origin, len(idx), sacrebleu.corpus_bleu(h, streams).score,
+                                  sacrebleu.corpus_chrf(h, streams).score, seconds))
     return results
 
 
