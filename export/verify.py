@@ -87,7 +87,7 @@ def verify_export(
     cfg = model.config
     rng = np.random.default_rng(seed)
     random_seqs = [rng.integers(4, cfg.src_vocab_size, size=n).tolist() + [cfg.eos_id] for n in (9, 3, 14, 1)]
-    langs = list(cfg.languages) or [None]
+    langs: list[str | None] = list(cfg.languages) or [None]
     real_seqs = [tokenizer.encode_source(s, langs[i % len(langs)]) for i, s in enumerate(SAMPLE_SENTENCES)]
     report: dict[str, Any] = {"tolerance": tolerance, "steps": steps, "cases": []}
     for label, seqs in (

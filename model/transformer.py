@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from model.config import ModelConfig
 from model.layers import KV, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection, sinusoid_table
+
+
+def sublayer(layer: nn.Module, i: int) -> SublayerConnection:
+    """The i-th sub-layer connection of a layer (typed access into its ModuleList)."""
+    return cast(SublayerConnection, cast(nn.ModuleList, layer.sublayer)[i])
 
 
 class EncoderLayer(nn.Module):
@@ -22,9 +28,9 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """(B, S, d_model) -> (B, S, d_model); ``mask`` (B, 1, 1, S)."""
-        h = self.sublayer[0].normed_input(x)
-        x = self.sublayer[0](x, self.self_attn(h, self.self_attn.project_kv(h), mask))
-        return self.sublayer[1](x, self.feed_forward(self.sublayer[1].normed_input(x)))
+        h = sublayer(self, 0).normed_input(x)
+        x = sublayer(self, 0)(x, self.self_attn(h, self.self_attn.project_kv(h), mask))
+        return sublayer(self, 1)(x, self.feed_forward(sublayer(self, 1).normed_input(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -41,13 +47,13 @@ class DecoderLayer(nn.Module):
         self, x: Tensor, past: KV | None, self_mask: Tensor, cross_kv: KV, cross_mask: Tensor
     ) -> tuple[Tensor, KV]:
         """One layer on the new positions ``x`` (B, T, d_model); returns the output and the extended cache."""
-        h = self.sublayer[0].normed_input(x)
+        h = sublayer(self, 0).normed_input(x)
         k, v = self.self_attn.project_kv(h)  # (B, h, T, d_k)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, h, P+T, d_k)
-        x = self.sublayer[0](x, self.self_attn(h, (k, v), self_mask))
-        x = self.sublayer[1](x, self.cross_attn(self.sublayer[1].normed_input(x), cross_kv, cross_mask))
-        x = self.sublayer[2](x, self.feed_forward(self.sublayer[2].normed_input(x)))
+        x = sublayer(self, 0)(x, self.self_attn(h, (k, v), self_mask))
+        x = sublayer(self, 1)(x, self.cross_attn(sublayer(self, 1).normed_input(x), cross_kv, cross_mask))
+        x = sublayer(self, 2)(x, self.feed_forward(sublayer(self, 2).normed_input(x)))
         return x, (k, v)
 
 
@@ -89,7 +95,7 @@ class Transformer(nn.Module):
     def embed(self, embedding: nn.Embedding, ids: Tensor, start: Tensor | int) -> Tensor:
         """Scaled token embeddings plus sinusoidal positions from ``start``: (B, T) -> (B, T, d_model)."""
         positions = torch.arange(ids.shape[1], device=ids.device) + start  # (T,)
-        return self.dropout(embedding(ids) * self.embed_scale + self.pe[positions])
+        return self.dropout(embedding(ids) * self.embed_scale + cast(Tensor, self.pe)[positions])
 
     def encode(self, src_ids: Tensor, src_mask: Tensor) -> Tensor:
         """Source ids (B, S) and mask (B, S, True = token) -> encoder memory (B, S, d_model)."""
@@ -101,7 +107,7 @@ class Transformer(nn.Module):
 
     def cross_kv(self, memory: Tensor) -> list[KV]:
         """Cross-attention keys/values of every decoder layer, computed once per source: each (B, h, S, d_k)."""
-        return [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
+        return [cast(DecoderLayer, layer).cross_attn.project_kv(memory) for layer in self.decoder_layers]
 
     def decode_step(
         self, tgt_ids: Tensor, cross_kv: list[KV], src_mask: Tensor, cache: list[KV] | None = None

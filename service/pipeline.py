@@ -20,8 +20,11 @@ Key = tuple[str, str, int, int]  # (source, target, beam_size, num_hypotheses): 
 class TranslatorLike(Protocol):
     """What the service needs of engine.translator.Translator (tests pass a fake)."""
 
-    model_name: str
-    provider: str
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
 
     @property
     def pairs(self) -> list[tuple[str, str]]: ...

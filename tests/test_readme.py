@@ -1,0 +1,62 @@
+"""README commands that run without Docker or a GPU are run here, so the README cannot rot."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from livesrv import live_server
+
+from engine.translator import Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BIN = Path(sys.executable).parent
+
+
+def shell_lines(section: str) -> list[str]:
+    """Commands of the ```bash blocks under a '## section' heading, continuation lines joined, comments dropped."""
+    body = README.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", body, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line:
+                lines.append(line)
+    return lines
+
+
+def test_every_api_curl_example_works(tiny_translator: Translator) -> None:
+    commands = [c for c in shell_lines("Call the API") if c.startswith("curl")]
+    assert len(commands) >= 9
+    with live_server(tiny_translator) as url:
+        for command in commands:
+            result = subprocess.run(command.replace("http://127.0.0.1:5000", url) + " -w '\\n%{http_code}'",
+                                    shell=True, capture_output=True, text=True, timeout=120)
+            body, _, status = result.stdout.rpartition("\n")
+            assert result.returncode == 0 and status == "200", (command, status, body[:300])
+            if "/metrics" not in command:
+                json.loads(body)
+
+
+def test_shell_translation_examples_with_the_shipped_model(tmp_path: Path) -> None:
+    """The first `transduce translate` example, exactly, on the shipped default model (exported on first use)."""
+    if not (ROOT / "models" / "default" / "checkpoint.pt").is_file():
+        pytest.fail("the shipped model models/default/checkpoint.pt is missing")
+    command = shell_lines("Translate from the shell")[0]
+    assert command.startswith("echo ") and "transduce translate" in command
+    result = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                            env={"PATH": f"{BIN}:/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.strip().splitlines()) == 1 and result.stdout.strip()
+
+
+def test_documented_commands_exist() -> None:
+    from transduce.cli import COMMANDS
+
+    for name in re.findall(r"`transduce ([a-z-]+)", README):
+        assert name in COMMANDS, name
