@@ -127,3 +127,14 @@ def tiny_translator(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
     from engine.translator import Translator
 
     return Translator(tiny_model_dir, device="cpu", intra_threads=1)
+
+
+@pytest.fixture(scope="session")
+def default_translator():  # type: ignore[no-untyped-def]
+    """The shipped model (exported to ONNX on first use, as `transduce serve` does), or the tiny one without it."""
+    from engine.translator import Translator
+    from transduce.models import DEFAULT_CHECKPOINT, resolve_model_dir
+
+    if not DEFAULT_CHECKPOINT.is_file():
+        pytest.fail(f"the shipped model {DEFAULT_CHECKPOINT} is missing")
+    return Translator(resolve_model_dir(None), device="cpu")

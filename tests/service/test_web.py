@@ -21,9 +21,9 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
-def web_url(tiny_translator: Translator) -> Iterator[str]:
-    """The real app under uvicorn on loopback (max_chars small so the error case is easy)."""
-    with live_server(tiny_translator, max_chars=200) as url:
+def web_url(default_translator: Translator) -> Iterator[str]:
+    """The real app with the shipped model under uvicorn on loopback (max_chars small so the error case is easy)."""
+    with live_server(default_translator, max_chars=200) as url:
         yield url
 
 
@@ -37,7 +37,7 @@ def test_static_page_is_self_contained(web_url: str) -> None:
         assert not re.search(r"(src|href)=[\"']https?://", body), asset
         assert "cdn" not in body.lower()
     settings = httpx.get(web_url + "/frontend/settings").json()
-    assert settings["char_limit"] == 200 and settings["model"] == "tiny-random"
+    assert settings["char_limit"] == 200 and settings["model"]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
     wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
     assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "en"
     assert Select(browser.find_element(By.ID, "target")).first_selected_option.get_attribute("value") == "de"
-    text = "The cat sees the dog."
+    text = "In the beginning God created the heaven and the earth."
     expected = httpx.post(web_url + "/translate", json={"q": text, "source": "en", "target": "de"}).json()
     box = browser.find_element(By.ID, "input")
     box.send_keys(text)
