@@ -94,3 +94,15 @@ def test_shared_split_file_is_used_and_holdout_is_separate() -> None:
     assert hash_split("some text") == hash_split("some text")
     counts = Counter(hash_split(f"sentence {i}") for i in range(20000))
     assert 100 < counts["dev"] < 300 and 100 < counts["test"] < 300
+
+
+def test_debian_descriptions_align_by_package_and_md5() -> None:
+    from training.data.debian_desc import align, parse_index
+
+    en = parse_index("Package: foo\nDescription-md5: 1\nDescription-en: a tool\n First para.\n .\n Second para.\n\n"
+                     "Package: bar\nDescription-md5: 2\nDescription-en: other\n", "en")
+    de = parse_index("Package: foo\nDescription-md5: 1\nDescription-de: ein Werkzeug\n Erster Absatz.\n .\n"
+                     " Zweiter Absatz.\n\nPackage: baz\nDescription-md5: 3\nDescription-de: fehlt\n", "de")
+    assert en[("foo", "1")] == ["a tool", "First para.", "Second para."]
+    assert list(align(en, de)) == [("a tool", "ein Werkzeug"), ("First para.", "Erster Absatz."),
+                                   ("Second para.", "Zweiter Absatz.")]

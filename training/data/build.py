@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from training.data import bible, ding, gettext_mo
+from training.data import bible, debian_desc, ding, gettext_mo
 from training.data.clean import FILTERS, Pair, clean_pairs
 
 SOURCES: dict[str, tuple[Callable[[Path], Iterator[Pair]], str]] = {
@@ -24,6 +24,8 @@ SOURCES: dict[str, tuple[Callable[[Path], Iterator[Pair]], str]] = {
     "ding": (ding.pairs, "Ding dictionary (Debian trans-de-en): GPL-2.0-or-later"),
     "gettext": (gettext_mo.pairs, "software message catalogs: each package's own licence (GPL/LGPL/MPL/Apache "
                                   "families; LibreOffice MPL-2.0, Wesnoth GPL-2.0+, WordPress GPL-2.0+)"),
+    "debian": (debian_desc.pairs, "Debian package descriptions (DDTP translations): each package's licence; "
+                                  "the translations are contributed under the DDTP's free terms"),
 }
 PAIRS = ("en-de",)
 HELD_OUT_PER_MILLE = 10  # 1% dev and 1% test per non-Bible source, chosen by a hash of the English side

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", default="en-de", help="language pair")
     parser.add_argument("--work-dir", default=None, help="download/extract cache (default: OUT_DIR-work beside it)")
     parser.add_argument("--sources", default=None,
-                        help="comma-separated subset of sources (default: all of bible, ding, gettext)")
+                        help="comma-separated subset of sources (default: all of bible, ding, gettext, debian)")
 
 
 def run(args: argparse.Namespace) -> int:
