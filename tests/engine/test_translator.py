@@ -13,7 +13,7 @@ from engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguage
 from engine.options import DecodeOptions
 from engine.session import OnnxSeq2Seq
 from engine.translator import Translator
-from model.checkpoint import load_checkpoint
+from model.checkpoint import Checkpoint, load_checkpoint
 
 SENTENCES = [
     "Hello world.",
@@ -26,9 +26,8 @@ SENTENCES = [
 ]
 
 
-def torch_greedy(checkpoint: Path, ids: list[int], max_len: int, min_len: int = 1) -> list[int]:
+def torch_greedy(ckpt: Checkpoint, ids: list[int], max_len: int, min_len: int = 1) -> list[int]:
     """Reference greedy decoding in PyTorch with the KV cache."""
-    ckpt = load_checkpoint(checkpoint)
     model, cfg = ckpt.model, ckpt.config
     src = torch.tensor([ids])
     mask = torch.ones_like(src, dtype=torch.bool)
@@ -52,8 +51,9 @@ def test_greedy_matches_pytorch_token_for_token(tiny_translator: Translator, tin
     tok = tiny_translator.tokenizer
     sources = [tok.encode_source(s, "de") for s in SENTENCES]
     results = tiny_translator.translate_batch(sources, beam_size=1)
+    ckpt = load_checkpoint(tiny_checkpoint)
     for ids, result in zip(sources, results, strict=True):
-        assert result.tokens[0] == torch_greedy(tiny_checkpoint, ids, len(ids) + 50)
+        assert result.tokens[0] == torch_greedy(ckpt, ids, len(ids) + 50)
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
