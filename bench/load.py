@@ -26,10 +26,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _generated_tokens(url: str) -> float:
+def _counters(url: str) -> dict[str, float]:
+    """Generated tokens and batch-size sum/count from /metrics (deltas give per-level figures)."""
     text = httpx.get(url + "/metrics", timeout=10).text
-    match = re.search(r"^transduce_generated_tokens_total ([0-9.e+]+)$", text, re.M)
-    return float(match.group(1)) if match else 0.0
+    out = {}
+    for name in ("transduce_generated_tokens_total", "transduce_batch_size_sum", "transduce_batch_size_count"):
+        match = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
+        out[name] = float(match.group(1)) if match else 0.0
+    return out
 
 
 async def _drive(url: str, sentences: list[str], concurrency: int, requests: int, beam: int) -> dict[str, Any]:
@@ -99,12 +103,14 @@ def run(model_dir: str, *, concurrency: tuple[int, ...] = (1, 4, 16, 64), reques
         try:
             for c in concurrency:
                 print(f"bench load: batching {'on' if batching else 'off'}, concurrency {c} ...", file=sys.stderr)
-                before = _generated_tokens(url)
+                before = _counters(url)
                 row = asyncio.run(_drive(url, sentences, c, requests, beam))
-                row["target_tokens_per_s"] = round((_generated_tokens(url) - before) / row["seconds"], 1)
-                latency = httpx.get(url + "/latency", timeout=10).json()
+                after = _counters(url)
+                delta = {k: after[k] - before[k] for k in after}
+                row["target_tokens_per_s"] = round(delta["transduce_generated_tokens_total"] / row["seconds"], 1)
+                batches = max(delta["transduce_batch_size_count"], 1.0)
                 rows.append({"batching": batching, "concurrency": c, **row,
-                             "mean_batch_size": latency["batch_size"]["mean"]})
+                             "mean_batch_size": round(delta["transduce_batch_size_sum"] / batches, 2)})
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
