@@ -1,4 +1,4 @@
-"""Pick the better of average.pt and last.pt by dev loss and write it as the fp16 checkpoint that is shipped."""
+"""Write a run's averaged checkpoint (or last.pt without one) as the fp16 checkpoint that is shipped."""
 
 from __future__ import annotations
 
