@@ -35,26 +35,29 @@ def rss_mb(pid: int) -> float:
 
 async def soak(url: str, pid: int, minutes: float, clients: int, every_s: float) -> list[tuple[float, int, float]]:
     """Drive the server until the time is up; sample RSS."""
-    done = 0
+    done = failed = 0
     stop = time.monotonic() + minutes * 60
     samples: list[tuple[float, int, float]] = []
 
     async def client(seed: int) -> None:
-        nonlocal done
+        nonlocal done, failed
         rng = random.Random(seed)
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             while time.monotonic() < stop:
                 n = rng.randint(1, 4)
                 q = [rng.choice(SENTENCES) for _ in range(n)]
-                await http.post("/translate", json={"q": q, "source": rng.choice(["en", "de"]),
-                                                    "target": "de", "beam_size": rng.choice([1, 4])})
+                source, target = rng.choice([("en", "de"), ("de", "en")])
+                r = await http.post("/translate", json={"q": q, "source": source, "target": target,
+                                                        "beam_size": rng.choice([1, 4])})
+                failed += r.status_code != 200
                 done += 1
 
     async def sampler() -> None:
         started = time.monotonic()
         while time.monotonic() < stop:
             samples.append((time.monotonic() - started, done, rss_mb(pid)))
-            print(f"{samples[-1][0]:7.0f} s  {done:7d} requests  {samples[-1][2]:8.1f} MB RSS", flush=True)
+            print(f"{samples[-1][0]:7.0f} s  {done:7d} requests ({failed} failed)  {samples[-1][2]:8.1f} MB RSS",
+                  flush=True)
             await asyncio.sleep(every_s)
 
     await asyncio.gather(sampler(), *(client(i) for i in range(clients)))

@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
-
-
 @pytest.fixture(scope="module")
 def web_url(default_translator: Translator) -> Iterator[str]:
     """The real app with the shipped model under uvicorn on loopback (max_chars small so the error case is easy)."""
@@ -72,6 +70,7 @@ def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
     wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
     assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "en"
     assert Select(browser.find_element(By.ID, "target")).first_selected_option.get_attribute("value") == "de"
+    assert not browser.find_element(By.ID, "api-key").is_displayed()  # the server needs no key
     text = "And the LORD said unto Jacob, Return unto the land of thy fathers."  # a Bible dev-chapter verse
     expected = httpx.post(web_url + "/translate", json={"q": text, "source": "en", "target": "de"}).json()
     box = browser.find_element(By.ID, "input")
@@ -84,20 +83,67 @@ def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
     ROOT.joinpath("docs").mkdir(exist_ok=True)
     browser.save_screenshot(str(ROOT / "docs" / "screenshot.png"))
 
-    # Ctrl+Enter translates too
+    # Ctrl+Enter translates too, to the same text
     browser.execute_script("document.getElementById('output').value = ''")
     box.send_keys(Keys.CONTROL, Keys.ENTER)
     wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
+    assert browser.find_element(By.ID, "output").get_attribute("value") == expected["translatedText"]
+
+    # copy puts the translation on the clipboard
+    browser.execute_cdp_cmd("Browser.grantPermissions", {"origin": web_url, "permissions": [
+        "clipboardReadWrite", "clipboardSanitizedWrite"]})
+    browser.find_element(By.ID, "copy").click()
+    wait.until(lambda d: "copied" in d.find_element(By.ID, "status").text)
+    clipboard = browser.execute_async_script("navigator.clipboard.readText().then(arguments[0], e => arguments[0]('"
+                                             "ERR ' + e))")
+    assert clipboard == expected["translatedText"]
 
     # swap: languages change sides and the translation becomes the input
     translation = browser.find_element(By.ID, "output").get_attribute("value")
     browser.find_element(By.ID, "swap").click()
     assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "de"
+    assert Select(browser.find_element(By.ID, "target")).first_selected_option.get_attribute("value") == "en"
     assert box.get_attribute("value") == translation
+    assert browser.find_element(By.ID, "output").get_attribute("value") == ""
 
     # an API error is shown to the user: over the server's 200-character limit
     box.clear()
     box.send_keys("a" * 250)
+    assert "over" in (browser.find_element(By.ID, "counter").get_attribute("class") or "")
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
     assert "exceeds the limit of 200 characters" in browser.find_element(By.ID, "error").text
+
+
+def test_narrow_screen_stacks_the_panes(browser: Any, web_url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 800, "deviceScaleFactor": 1, "mobile": True})
+    try:
+        browser.get(web_url + "/")
+        source, output = browser.find_element(By.ID, "input").rect, browser.find_element(By.ID, "output").rect
+        assert output["y"] >= source["y"] + source["height"]  # one column: the translation sits below the input
+        assert source["x"] + source["width"] <= 390 and output["x"] + output["width"] <= 390
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 390  # no sideways scrolling
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_api_key_field_when_the_server_requires_one(browser: Any, default_translator: Translator) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with live_server(default_translator, api_keys="s3cret") as url:
+        wait = WebDriverWait(browser, 20)
+        browser.get(url + "/")
+        wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
+        assert browser.find_element(By.ID, "api-key").is_displayed()
+        browser.find_element(By.ID, "input").send_keys("Hello world.")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+        assert "API key is required" in browser.find_element(By.ID, "error").text
+        browser.find_element(By.ID, "api-key").send_keys("s3cret")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
+        assert not browser.find_element(By.ID, "error").is_displayed()
