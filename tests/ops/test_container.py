@@ -9,12 +9,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import yaml
-from livesrv import free_port
+from livesrv import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,12 +94,7 @@ def test_the_image_command_serves_the_exported_model(tiny_model_dir: Path) -> No
     proc = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(200):
-            try:
-                if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_ready(url, timeout_s=60)
         r = httpx.post(url + "/translate", json={"q": "Hello world.", "source": "en", "target": "de"}, timeout=30)
         assert r.status_code == 200 and r.json()["translatedText"]
     finally:

@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
-from livesrv import free_port
+from livesrv import free_port, wait_ready
 
 from engine.options import DecodeOptions
 from engine.translator import Translator
@@ -27,12 +26,7 @@ def test_sigterm_drains_accepted_requests(tiny_model_dir: Path, tiny_translator:
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_ready(url, timeout_s=60)
 
         async def burst() -> list[httpx.Response | Exception]:
             async with httpx.AsyncClient(base_url=url, timeout=120) as client:

@@ -23,6 +23,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(url: str, timeout_s: float = 30.0) -> None:
+    """Poll GET /health/ready until it answers 200; RuntimeError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not become ready in {timeout_s:.0f} s")
+
+
 @contextmanager
 def live_server(translator: Any, **settings: Any) -> Iterator[str]:
     """Serve ``translator`` with ``Settings(**settings)`` on loopback until the block ends; yields the base URL."""
@@ -32,16 +45,7 @@ def live_server(translator: Any, **settings: Any) -> Iterator[str]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    else:
-        raise RuntimeError("test server did not become ready in 30 s")
+    wait_ready(url)
     try:
         yield url
     finally:
