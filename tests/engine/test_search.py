@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
-from engine.search import BeamSearch, GreedySearch, Hypothesis, SearchStrategy, length_penalty
+from engine.search import BeamSearch, GreedySearch, Hypothesis, SearchStrategy, length_penalty, top_k
 
 EOS, V = 0, 6
 NEG = -1e9
@@ -101,6 +102,11 @@ def test_n_best_is_sorted_and_distinct() -> None:
     assert len({tuple(h.tokens) for h in hyps}) == 3
 
 
+def sentence_model(sentence: int) -> Callable[[int, list[int]], np.ndarray]:
+    """The per_sentence distributions of one fixed sentence, whatever index it has in the batch."""
+    return lambda _, prefix: per_sentence(sentence, prefix)
+
+
 def per_sentence(sentence: int, prefix: list[int]) -> np.ndarray:
     """A different deterministic distribution for every sentence and prefix."""
     rng = np.random.default_rng(hash((sentence, tuple(prefix))) % (2**32))
@@ -121,13 +127,14 @@ def test_sentences_are_independent_and_finished_rows_leave(beam_size: int) -> No
     prefixes: list[list[int]] = [[] for _ in range(5)]
     while not together.is_done():
         rows_seen.append(len(together.row_sentence))
-        out = together.advance(np.stack([per_sentence(int(s), p) for s, p in
-                                         zip(together.row_sentence, prefixes, strict=True)]))
+        out = together.advance(
+            np.stack([per_sentence(int(s), p) for s, p in zip(together.row_sentence, prefixes, strict=True)])
+        )
         prefixes = [prefixes[r] + [int(t)] for r, t in zip(out.parent_rows, out.tokens, strict=True)]
     assert rows_seen[-1] < max(rows_seen)  # finished sentences left the active rows
     for i in range(5):
         alone = make(1)
-        drive(alone, lambda s, p, i=i: per_sentence(i, p))
+        drive(alone, sentence_model(i))
         assert alone.finalize()[0] == together.finalize()[i]
 
 
@@ -143,3 +150,199 @@ def test_empty_batch_and_bad_arguments() -> None:
     with pytest.raises(ValueError, match=">= 1"):
         GreedySearch(1, eos_id=EOS, max_lengths=[0])
     assert Hypothesis([1], -1.0) == Hypothesis([1], -1.0)
+
+
+# ---- top_k: the hot-path selection must equal a stable full sort, ties to the lower id ----
+
+
+@pytest.mark.parametrize(("V", "k"), [(6, 4), (2000, 8), (2003, 8), (32000, 8), (777, 1)])
+def test_top_k_equals_stable_sort_with_ties_and_masked_entries(V: int, k: int) -> None:
+    rng = np.random.default_rng(V + k)
+    x = rng.integers(-40, 0, size=(7, V)).astype(np.float32) / 4  # many exact ties
+    x[1] = -1.0  # a whole row of ties
+    x[2, :] = -np.inf
+    x[2, [5, 3]] = -2.0  # fewer than k real entries
+    x[3, V - 1] = 0.5  # the best entry in the tail columns outside the blocks
+    x[4, ::3] = -np.inf
+    ids, vals = top_k(x, k)
+    ref = np.argsort(-x, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(ids, ref)
+    np.testing.assert_array_equal(vals, np.take_along_axis(x, ref, axis=1))
+    assert ids.dtype == np.int64 and vals.dtype == np.float32
+    half = (x / 3).astype(np.float16)  # float16 rows (an fp16 decoder) rank exactly like the float16 values
+    np.testing.assert_array_equal(top_k(half, k)[0], np.argsort(-half, axis=1, kind="stable")[:, :k])
+    with pytest.raises(ValueError, match="k must be"):
+        top_k(x, V + 1)
+
+
+# ---- greedy ----
+
+
+def test_greedy_ties_go_to_the_lower_id_and_scores_use_the_length_penalty() -> None:
+    search = GreedySearch(1, eos_id=EOS, max_lengths=[10], length_penalty=0.6)
+    steps = iter([lp(0.1, 0.3, 0.3, 0.3), lp(0.8, 0.2)])
+    drive(search, lambda s, p: next(steps))
+    (hyp,) = search.finalize()[0]
+    assert hyp.tokens == [1]
+    raw = float(np.log(0.3) + np.log(0.8))
+    assert hyp.score == pytest.approx(raw / ((5 + 2) / 6) ** 0.6, abs=1e-5)  # L = 2 counts the eos
+
+
+def test_greedy_max_length_scores_with_the_generated_length() -> None:
+    search = GreedySearch(1, eos_id=EOS, max_lengths=[3], length_penalty=1.0)
+    drive(search, lambda s, p: lp(0.1, 0.9))
+    (hyp,) = search.finalize()[0]
+    assert hyp.tokens == [1, 1, 1]
+    assert hyp.score == pytest.approx(3 * float(lp(0.1, 0.9)[1]) / ((5 + 3) / 6), abs=1e-5)
+
+
+def test_greedy_finished_rows_leave_with_parent_rows() -> None:
+    search = GreedySearch(3, eos_id=EOS, max_lengths=[10, 10, 10])
+    np.testing.assert_array_equal(search.row_sentence, [0, 1, 2])
+    out = search.advance(np.stack([lp(0.1, 0.9), lp(0.1, 0.9), lp(0.1, 0.9)]))
+    assert not out.batch_changed and out.tokens.tolist() == [1, 1, 1] and out.parent_rows.tolist() == [0, 1, 2]
+    out = search.advance(np.stack([lp(0.1, 0.9), lp(0.9, 0.1), lp(0.1, 0.1, 0.8)]))  # sentence 1 ends
+    assert out.batch_changed and out.parent_rows.tolist() == [0, 2] and out.tokens.tolist() == [1, 2]
+    assert out.tokens.dtype == np.int64 and out.parent_rows.dtype == np.int64
+    np.testing.assert_array_equal(search.row_sentence, [0, 2])
+    assert search.finalize()[1][0].tokens == [1] and search.finalize()[0] == []  # sentence 0 still running
+    out = search.advance(np.stack([lp(0.9, 0.1), lp(0.9, 0.1)]))
+    assert search.is_done() and len(out.tokens) == 0
+    assert [h[0].tokens for h in search.finalize()] == [[1, 1], [1], [1, 2]]
+
+
+def test_min_length_does_not_touch_the_callers_array() -> None:
+    rows = np.stack([lp(0.9, 0.1), lp(0.2, 0.8)])
+    before = rows.copy()
+    for search in (
+        GreedySearch(2, eos_id=EOS, max_lengths=[5, 5], min_length=1),
+        BeamSearch(2, beam_size=2, eos_id=EOS, max_lengths=[5, 5], min_length=1),
+    ):
+        out = search.advance(rows)
+        assert EOS not in out.tokens.tolist()
+        np.testing.assert_array_equal(rows, before)
+
+
+# ---- beam ----
+
+
+def test_beam_rows_expand_then_finished_sentences_leave() -> None:
+    search = BeamSearch(2, beam_size=2, eos_id=EOS, max_lengths=[10, 10], length_penalty=0.0)
+    out = search.advance(np.stack([lp(0.0, 0.5, 0.3, 0.2), lp(0.0, 0.1, 0.2, 0.7)]))
+    assert out.batch_changed
+    assert out.parent_rows.tolist() == [0, 0, 1, 1] and out.tokens.tolist() == [1, 2, 3, 2]
+    np.testing.assert_array_equal(search.row_sentence, [0, 0, 1, 1])
+    # No sentence ends: rows only move within their sentence (sentence 0's second beam takes both places).
+    flat = lp(0.0, 0.2, 0.2, 0.2, 0.2, 0.2)
+    out = search.advance(np.stack([flat, lp(0.0, 0.0, 0.0, 0.0, 0.5, 0.5), flat, lp(0.0, 0.0, 0.0, 0.0, 0.0, 1.0)]))
+    assert not out.batch_changed
+    assert out.parent_rows.tolist() == [1, 1, 3, 2] and out.tokens.tolist() == [4, 5, 5, 1]
+    # Sentence 0 gets two sure eos endings (a tie: the lower row wins) and leaves; sentence 1 goes on.
+    out = search.advance(np.stack([lp(1.0), lp(1.0), lp(0.0, 0.5, 0.5), lp(0.0, 0.5, 0.5)]))
+    assert out.batch_changed and out.parent_rows.tolist() == [2, 2] and out.tokens.tolist() == [1, 2]
+    np.testing.assert_array_equal(search.row_sentence, [1, 1])
+    assert [h.tokens for h in search.finalize()[0]] == [[2, 4]]
+    assert search.finalize()[1] == []
+
+
+def test_beam_hypotheses_exclude_eos_and_are_normalised() -> None:
+    search = BeamSearch(1, beam_size=2, eos_id=EOS, max_lengths=[5], num_hypotheses=2, length_penalty=0.6)
+    steps = iter([lp(0.0, 0.6, 0.4), lp(0.7, 0.3), lp(0.8, 0.2)])
+    drive(search, lambda s, p: next(steps))
+    best, second = search.finalize()[0]
+    assert best.tokens == [1] and second.tokens == [2]
+    assert best.score == pytest.approx(float(lp(0.0, 0.6, 0.4)[1] + lp(0.7, 0.3)[0]) / (7 / 6) ** 0.6, abs=1e-5)
+
+
+def test_beam_ties_go_to_the_lower_id() -> None:
+    search = BeamSearch(1, beam_size=2, eos_id=EOS, max_lengths=[1], num_hypotheses=2, length_penalty=0.0)
+    drive(search, lambda s, p: lp(0.1, 0.1, 0.2, 0.2, 0.2, 0.2))
+    assert [h.tokens for h in search.finalize()[0]] == [[2], [3]]
+
+
+def test_beam_size_one_is_greedy() -> None:
+    for i in range(6):
+        greedy = GreedySearch(1, eos_id=EOS, max_lengths=[12], length_penalty=0.6)
+        beam = BeamSearch(1, beam_size=1, eos_id=EOS, max_lengths=[12], length_penalty=0.6)
+        drive(greedy, sentence_model(i))
+        drive(beam, sentence_model(i))
+        (g,), (b,) = greedy.finalize()[0], beam.finalize()[0]
+        assert g.tokens == b.tokens and g.score == pytest.approx(b.score, abs=1e-9)
+
+
+def test_wide_beam_is_exhaustive_over_a_tiny_vocabulary() -> None:
+    """Beam wider than every possible hypothesis (some rows are padding) ranks all of them exactly."""
+    V3, max_len, alpha = 3, 3, 0.6
+
+    def model(sentence: int, prefix: list[int]) -> np.ndarray:
+        rng = np.random.default_rng(len(prefix) * 7 + sum(prefix) * 13 + len([t for t in prefix if t == 2]))
+        p = rng.random(V3) + 0.05
+        return np.log(p / p.sum()).astype(np.float32)
+
+    expected: list[tuple[float, list[int]]] = []
+
+    def walk(prefix: list[int], score: float) -> None:
+        row = model(0, prefix).astype(np.float64)
+        expected.append(((score + row[EOS]) / ((5 + len(prefix) + 1) / 6) ** alpha, prefix))
+        for t in (1, 2):
+            if len(prefix) + 1 == max_len:
+                expected.append(((score + row[t]) / ((5 + max_len) / 6) ** alpha, [*prefix, t]))
+            else:
+                walk([*prefix, t], score + row[t])
+
+    walk([], 0.0)
+    assert len(expected) == 15
+    search = BeamSearch(1, beam_size=16, eos_id=EOS, max_lengths=[max_len], num_hypotheses=15, length_penalty=alpha)
+    drive(search, model)
+    got = search.finalize()[0]
+    expected.sort(key=lambda e: -e[0])
+    assert [h.tokens for h in got] == [e[1] for e in expected]
+    np.testing.assert_allclose([h.score for h in got], [e[0] for e in expected], rtol=1e-6)
+
+
+def test_beam_independence_with_mixed_lengths_and_min_length() -> None:
+    lengths = [3, 9, 1, 6]
+
+    def run(sentences: list[int]) -> list[list[Hypothesis]]:
+        search = BeamSearch(
+            len(sentences),
+            beam_size=4,
+            eos_id=EOS,
+            max_lengths=[lengths[s] for s in sentences],
+            num_hypotheses=3,
+            min_length=1,
+        )
+        drive(search, lambda s, p: per_sentence(sentences[s], p))
+        return search.finalize()
+
+    together = run([0, 1, 2, 3])
+    for i in range(4):
+        assert run([i]) == [together[i]]
+        assert all(1 <= len(h.tokens) <= lengths[i] for h in together[i])
+    assert run([3, 1]) == [together[3], together[1]]
+
+
+def test_protocol_and_more_bad_arguments() -> None:
+    greedy = GreedySearch(1, eos_id=EOS, max_lengths=[2])
+    assert isinstance(greedy, SearchStrategy)
+    assert isinstance(BeamSearch(1, beam_size=2, eos_id=EOS, max_lengths=[2]), SearchStrategy)
+    empty = GreedySearch(0, eos_id=EOS, max_lengths=[])
+    assert empty.is_done() and empty.finalize() == [] and len(empty.row_sentence) == 0
+    with pytest.raises(ValueError, match="shape"):
+        greedy.advance(np.zeros((2, V), dtype=np.float32))
+    with pytest.raises(ValueError, match="eos_id 9"):
+        GreedySearch(1, eos_id=9, max_lengths=[2]).advance(np.zeros((1, V), dtype=np.float32))
+    with pytest.raises(ValueError, match="is_done"):
+        empty.advance(np.zeros((0, V), dtype=np.float32))
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"batch_size": -1, "max_lengths": []}, "batch_size"),
+        ({"eos_id": -1}, "eos_id"),
+        ({"min_length": -2}, "min_length"),
+        ({"length_penalty": -0.5}, "length_penalty"),
+    ]
+    for kwargs, message in cases:
+        args: dict[str, Any] = {"batch_size": 1, "eos_id": EOS, "max_lengths": [3], **kwargs}
+        with pytest.raises(ValueError, match=message):
+            GreedySearch(**args)
+        with pytest.raises(ValueError, match=message):
+            BeamSearch(beam_size=2, **args)

@@ -1,0 +1,75 @@
+"""engine.cache.reorder gathers axis 0 of every tensor; driven by search StepOutputs it keeps caches aligned."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cache import reorder
+from engine.search import BeamSearch, GreedySearch, SearchStrategy
+
+EOS, V = 0, 7
+
+
+def test_reorder_gathers_axis_0_of_every_tensor() -> None:
+    past = np.arange(4 * 2 * 3 * 5, dtype=np.float32).reshape(4, 2, 3, 5)  # (R, heads, T, d)
+    mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], dtype=np.int64)  # (R, S)
+    rows = np.array([2, 2, 0, 3], dtype=np.int64)  # duplicate (beam expansion) and drop (finished row 1)
+    out = reorder({"past.0.key": past, "mask": mask}, rows)
+    assert set(out) == {"past.0.key", "mask"}
+    np.testing.assert_array_equal(out["past.0.key"], past[[2, 2, 0, 3]])
+    np.testing.assert_array_equal(out["mask"], mask[[2, 2, 0, 3]])
+    assert out["past.0.key"].dtype == np.float32 and out["mask"].dtype == np.int64
+    out["past.0.key"][:] = -1  # a gathered copy: the input is untouched
+    assert past.min() == 0
+
+
+def test_reorder_to_no_rows_and_of_nothing() -> None:
+    out = reorder({"k": np.ones((3, 2, 4), dtype=np.float16)}, np.zeros(0, dtype=np.int64))
+    assert out["k"].shape == (0, 2, 4) and out["k"].dtype == np.float16
+    assert reorder({}, np.array([0, 1])) == {}
+    with pytest.raises(IndexError):
+        reorder({"k": np.ones((2, 3))}, np.array([2]))
+
+
+def toy_log_probs(sentence: int, prefix: np.ndarray) -> np.ndarray:
+    """A deterministic distribution per (sentence, prefix), eos growing likelier with length."""
+    rng = np.random.default_rng(hash((sentence, tuple(prefix.tolist()))) % (2**32))
+    p = rng.random(V) ** 2
+    p[EOS] *= 0.2 * (1 + len(prefix))
+    return np.log(p / p.sum()).astype(np.float32)
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, 4])
+def test_caches_follow_the_rows_of_a_search(beam_size: int) -> None:
+    """A "past" cache gathered every step and per-sentence tensors gathered only on batch_changed stay aligned."""
+    B = 5
+    search: SearchStrategy
+    if beam_size == 1:
+        search = GreedySearch(B, eos_id=EOS, max_lengths=[2, 9, 4, 7, 1])
+    else:
+        search = BeamSearch(B, beam_size=beam_size, eos_id=EOS, max_lengths=[2, 9, 4, 7, 1], num_hypotheses=2)
+    past = {"prefix": np.zeros((B, 0), dtype=np.int64)}  # (R, step) like a self-attention cache
+    cross = {"sentence": np.arange(B)[:, None] * np.ones((1, 3), dtype=np.int64)}  # (R, S) like cross K/V
+    tokens = np.full(B, -1)  # the start token
+    while not search.is_done():
+        np.testing.assert_array_equal(cross["sentence"][:, 0], search.row_sentence)
+        rows = search.row_sentence
+        out = search.advance(np.stack([toy_log_probs(int(s), p) for s, p in zip(rows, past["prefix"], strict=True)]))
+        past = reorder(past, out.parent_rows)
+        past["prefix"] = np.concatenate([past["prefix"], out.tokens[:, None]], axis=1)
+        if out.batch_changed:
+            cross = reorder(cross, out.parent_rows)
+        else:
+            assert np.array_equal(rows[out.parent_rows], rows)  # parents stay within each row's own sentence
+        tokens = out.tokens
+    assert len(tokens) == 0 and len(past["prefix"]) == 0
+    alpha = 0.0 if beam_size == 1 else 0.6
+    for i, hyps in enumerate(search.finalize()):
+        assert hyps
+        for h in hyps:  # the score the search kept matches the prefixes the caller rebuilt through reorder
+            max_len = [2, 9, 4, 7, 1][i]
+            assert EOS not in h.tokens and len(h.tokens) <= max_len
+            steps = [*h.tokens, EOS] if len(h.tokens) < max_len else h.tokens
+            raw = sum(float(toy_log_probs(i, np.array(steps[:j]))[t]) for j, t in enumerate(steps))
+            assert h.score == pytest.approx(raw / ((5 + len(steps)) / 6) ** alpha, abs=1e-5)
