@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -28,7 +29,7 @@ class DeadlineExceededError(Exception):
 
 
 class BatcherClosedError(Exception):
-    """The batcher is stopping or stopped and takes no new work (503)."""
+    """The batcher is not running (not started, stopping or stopped) and takes no new work (503)."""
 
 
 @dataclass(frozen=True)
@@ -37,18 +38,16 @@ class BatcherConfig:
 
     max_batch_size: int = 32  # items (sentences) per engine call
     max_batch_tokens: int = 8192  # sum of item costs per engine call (an item costlier than this goes alone)
-    max_wait_ms: float = 5.0  # how long the oldest queued item waits for company
+    max_wait_ms: float = 5.0  # how long the oldest queued item waits for company (monotonic deadline)
     max_queue_items: int = 1024  # bounded queue: a submit that would exceed it is refused at once
 
     def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0 (0 = no waiting), got {self.max_wait_ms}")
-        if self.max_queue_items < 1:
-            raise ValueError(f"max_queue_items must be >= 1, got {self.max_queue_items}")
+        for name in ("max_batch_size", "max_batch_tokens", "max_queue_items"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.max_wait_ms, int | float) or not math.isfinite(self.max_wait_ms) or self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be a finite number >= 0 (0 = no waiting), got {self.max_wait_ms!r}")
 
 
 @dataclass(frozen=True)
@@ -64,20 +63,37 @@ class BatchStats:
 
 @dataclass(eq=False)
 class _Request(Generic[K, T, R]):
+    """One submit: its items, the results so far and the future its caller awaits."""
+
     key: K
     items: Sequence[T]
     deadline: float | None
     future: asyncio.Future[list[R]]
-    results: list[Any] = field(default_factory=list)
-    remaining: int = 0
+    results: list[R | None] = field(init=False)
+    remaining: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.results, self.remaining = [None] * len(self.items), len(self.items)
+
+    def deliver(self, index: int, result: R) -> None:
+        """Store one item's result; complete the future with the last one (ignored once the request is over)."""
+        if self.future.done():
+            return
+        self.results[index] = result
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.future.set_result(cast(list[R], self.results))
 
     def fail(self, exc: BaseException) -> None:
+        """Fail the request unless it is already over."""
         if not self.future.done():
             self.future.set_exception(exc)
 
 
 @dataclass(eq=False)
 class _Item(Generic[K, T, R]):
+    """One queued item of a request."""
+
     request: _Request[K, T, R]
     index: int
     cost: int
@@ -97,11 +113,11 @@ class DynamicBatcher(Generic[K, T, R]):
     ) -> None:
         self.process, self.config, self.cost, self.on_batch = process, config or BatcherConfig(), cost, on_batch
         self._queue: deque[_Item[K, T, R]] = deque()
+        self._running: list[_Item[K, T, R]] = []
         self._wakeup: asyncio.Event | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.in_flight = 0
 
     @property
     def queue_depth(self) -> int:
@@ -109,144 +125,57 @@ class DynamicBatcher(Generic[K, T, R]):
         return len(self._queue)
 
     @property
+    def in_flight(self) -> int:
+        """Items inside the process() call now running."""
+        return len(self._running)
+
+    @property
     def closed(self) -> bool:
-        """True once stop() began."""
+        """True once stop() began (or the batcher loop died)."""
         return self._closed
 
     async def start(self) -> None:
-        """Start the collector task and the worker thread."""
-        if self._task is not None:
-            raise RuntimeError("batcher already started")
+        """Start the collector task (on the running loop) and the worker thread."""
+        if self._task is not None or self._closed:
+            raise RuntimeError("batcher already started (a DynamicBatcher cannot be restarted; create a new one)")
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transduce-engine")
         self._task = asyncio.create_task(self._run(), name="transduce-batcher")
 
     async def submit(self, key: K, items: Sequence[T], *, deadline: float | None = None) -> list[R]:
         """Queue ``items`` (batched only with items of an equal ``key``); results come back in item order."""
-        if self._closed or self._task is None or self._wakeup is None:
-            raise BatcherClosedError("the batcher is not running (server starting up or shutting down)")
-        if len(items) > self.config.max_queue_items:
-            raise ValueError(f"a request of {len(items)} items can never fit the queue "
-                             f"(max_queue_items={self.config.max_queue_items})")
+        if self._closed:
+            raise BatcherClosedError("the batcher is shutting down and takes no new requests")
+        if self._task is None or self._wakeup is None:
+            raise BatcherClosedError("the batcher is not running yet: call start() first")
+        limit = self.config.max_queue_items
+        if len(items) > limit:
+            raise ValueError(f"a request of {len(items)} items can never fit the queue (max_queue_items={limit}); "
+                             "split it or raise max_queue_items")
         if not items:
             return []
-        if len(self._queue) + len(items) > self.config.max_queue_items:
-            raise QueueFullError(f"queue full ({len(self._queue)} of {self.config.max_queue_items} items waiting)")
-        loop = asyncio.get_running_loop()
-        request: _Request[K, T, R] = _Request(key, items, deadline, loop.create_future(), [None] * len(items),
-                                              len(items))
         now = time.monotonic()
-        self._queue.extend(_Item(request, i, max(1, int(self.cost(it))), now) for i, it in enumerate(items))
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceededError("the request's deadline passed before it was queued")
+        if len(self._queue) + len(items) > limit:
+            raise QueueFullError(f"queue full: {len(self._queue)} of {limit} items waiting, "
+                                 f"no room for {len(items)} more")
+        costs = [int(self.cost(item)) for item in items]
+        if min(costs) < 0:
+            raise ValueError(f"cost() must return a non-negative int, got {min(costs)}")
+        request: _Request[K, T, R] = _Request(key, items, deadline, asyncio.get_running_loop().create_future())
+        self._queue.extend(_Item(request, i, c, now) for i, c in enumerate(costs))
         self._wakeup.set()
         try:
             if deadline is None:
                 return await request.future
-            return await asyncio.wait_for(asyncio.shield(request.future), max(0.0, deadline - time.monotonic()))
+            return await asyncio.wait_for(request.future, deadline - time.monotonic())
         except TimeoutError:
-            self._drop(request)
-            raise DeadlineExceededError("the request timed out before it was translated") from None
+            self._drop([request])  # items in a running batch finish, but their results are discarded
+            raise DeadlineExceededError("the request's deadline passed before it was processed") from None
         except asyncio.CancelledError:
-            self._drop(request)  # the client went away: its queued items are never processed
+            self._drop([request])  # the client went away: its queued items are never processed
             raise
-
-    def _drop(self, request: _Request[K, T, R]) -> None:
-        self._queue = deque(item for item in self._queue if item.request is not request)
-        if not request.future.done():
-            request.future.cancel()
-
-    def _expire(self, now: float) -> None:
-        expired = {id(it.request): it.request for it in self._queue
-                   if it.request.deadline is not None and it.request.deadline <= now}
-        for request in expired.values():
-            request.fail(DeadlineExceededError("the request timed out while queued"))
-            self._drop(request)
-
-    def _take_batch(self) -> list[_Item[K, T, R]]:
-        """Items with the oldest item's key, FIFO, up to the size and token limits."""
-        key = self._queue[0].request.key
-        batch: list[_Item[K, T, R]] = []
-        tokens = 0
-        rest: deque[_Item[K, T, R]] = deque()
-        while self._queue:
-            item = self._queue.popleft()
-            full = len(batch) >= self.config.max_batch_size or (batch and tokens + item.cost >
-                                                                  self.config.max_batch_tokens)
-            if item.request.key != key or full:
-                rest.append(item)
-                if full:
-                    break
-                continue
-            batch.append(item)
-            tokens += item.cost
-        rest.extend(self._queue)
-        self._queue = rest
-        return batch
-
-    def _ready(self, now: float) -> bool:
-        """A batch is due: the oldest item waited max_wait_ms, or enough items/tokens of its key are queued."""
-        if not self._queue:
-            return False
-        if now - self._queue[0].enqueued >= self.config.max_wait_ms / 1000 or self._closed:
-            return True
-        key = self._queue[0].request.key
-        same = [it for it in self._queue if it.request.key == key]
-        return (len(same) >= self.config.max_batch_size
-                or sum(it.cost for it in same) >= self.config.max_batch_tokens)
-
-    async def _run(self) -> None:
-        assert self._wakeup is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            self._expire(time.monotonic())
-            if not self._queue:
-                if self._closed:
-                    return
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            now = time.monotonic()
-            if not self._ready(now):
-                self._wakeup.clear()
-                wait = self.config.max_wait_ms / 1000 - (now - self._queue[0].enqueued)
-                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout=max(wait, 0.0))
-                continue
-            batch = self._take_batch()
-            await self._execute(loop, batch)
-
-    async def _execute(self, loop: asyncio.AbstractEventLoop, batch: list[_Item[K, T, R]]) -> None:
-        started = time.monotonic()
-        waits = [(started - it.enqueued) * 1000 for it in batch]
-        key = batch[0].request.key
-        inputs = [it.request.items[it.index] for it in batch]
-        self.in_flight = len(batch)
-        ok = True
-        try:
-            results = await loop.run_in_executor(self._executor, self.process, key, inputs)
-            if len(results) != len(inputs):
-                raise RuntimeError(f"process() returned {len(results)} results for {len(inputs)} items; "
-                                   "it must return exactly one result per item, in order")
-        except Exception as exc:  # noqa: BLE001 - a failed batch fails only its own requests
-            ok = False
-            log.exception("batch of %d items failed", len(batch))
-            for item in batch:
-                item.request.fail(exc)
-                self._drop(item.request)
-        else:
-            for item, result in zip(batch, results, strict=True):
-                request = item.request
-                request.results[item.index] = result
-                request.remaining -= 1
-                if request.remaining == 0 and not request.future.done():
-                    request.future.set_result(request.results)
-        finally:
-            self.in_flight = 0
-        if self.on_batch is not None:
-            try:
-                self.on_batch(BatchStats(len(batch), sum(it.cost for it in batch), waits,
-                                         (time.monotonic() - started) * 1000, ok))
-            except Exception:  # noqa: BLE001
-                log.exception("on_batch hook failed")
 
     async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
         """Refuse new work; finish what was accepted (``drain``, bounded by ``timeout``) or fail it; stop the worker."""
@@ -254,17 +183,122 @@ class DynamicBatcher(Generic[K, T, R]):
         if self._wakeup is not None:
             self._wakeup.set()
         if not drain:
-            self._fail_queued()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            except TimeoutError:
-                self._fail_queued()
+            self._fail_queued(BatcherClosedError("the server shut down before this request was processed"))
+        if self._task is not None and not self._task.done():
+            done, _ = await asyncio.wait({self._task}, timeout=timeout)
+            if not done:  # out of time: the loop's exit fails what is left (the running thread is abandoned)
+                log.warning("stop(): %d queued and %d running items not finished within %s s",
+                            self.queue_depth, self.in_flight, timeout)
                 self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _fail_queued(self) -> None:
-        for item in list(self._queue):
-            item.request.fail(BatcherClosedError("the server shut down before this request was translated"))
+    def _drop(self, requests: Iterable[_Request[K, T, R]]) -> None:
+        """End ``requests`` (a late result is ignored) and remove their queued items."""
+        gone = set(requests)
+        for request in gone:
+            if not request.future.done():
+                request.future.cancel()
+        if any(item.request in gone for item in self._queue):
+            self._queue = deque(item for item in self._queue if item.request not in gone)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        """Fail every request with queued items and empty the queue."""
+        for item in self._queue:
+            item.request.fail(exc)
         self._queue.clear()
+
+    def _expire(self, now: float) -> None:
+        """Fail requests whose deadline passed while their items were queued."""
+        late = {it.request for it in self._queue if it.request.deadline is not None and it.request.deadline <= now}
+        for request in late:
+            request.fail(DeadlineExceededError("the request's deadline passed while it was queued"))
+        self._drop(late)
+
+    def _plan(self) -> tuple[list[_Item[K, T, R]], bool]:
+        """The next batch (the oldest item's key, FIFO, within the limits) and whether a limit was reached."""
+        size, max_tokens = self.config.max_batch_size, self.config.max_batch_tokens
+        key = self._queue[0].request.key
+        batch: list[_Item[K, T, R]] = []
+        tokens = 0
+        for item in self._queue:
+            if item.request.key != key:
+                continue
+            if len(batch) == size or (batch and tokens + item.cost > max_tokens):
+                return batch, True
+            batch.append(item)
+            tokens += item.cost
+        return batch, len(batch) == size or tokens >= max_tokens
+
+    async def _sleep(self, timeout: float | None) -> None:
+        """Wait for a submit/stop wake-up or the timeout."""
+        assert self._wakeup is not None
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _next_batch(self) -> list[_Item[K, T, R]] | None:
+        """Wait until a batch is due (full, its oldest item waited max_wait_ms, or stopping); None when done."""
+        while True:
+            self._expire(time.monotonic())
+            if not self._queue:
+                if self._closed:
+                    return None
+                await self._sleep(None)
+                continue
+            batch, full = self._plan()
+            wait = self._queue[0].enqueued + self.config.max_wait_ms / 1000 - time.monotonic()
+            if full or wait <= 0 or self._closed:
+                taken = set(map(id, batch))
+                self._queue = deque(item for item in self._queue if id(item) not in taken)
+                return batch
+            await self._sleep(wait)
+
+    async def _run(self) -> None:
+        """Collector loop: form a batch whenever the worker is free and one is due, run it, repeat."""
+        try:
+            while (batch := await self._next_batch()) is not None:
+                await self._execute(batch)
+        except Exception:
+            log.exception("batcher loop crashed; refusing new work")
+        finally:  # normally nothing is left; after a crash or a stop() timeout, nobody may wait forever
+            self._closed = True
+            exc = BatcherClosedError("the batcher stopped before this request was processed")
+            self._fail_queued(exc)
+            for item in self._running:
+                item.request.fail(exc)
+            self._running = []
+
+    async def _execute(self, batch: list[_Item[K, T, R]]) -> None:
+        """Run one process() call in the worker thread and hand results (or its error) to the batch's requests."""
+        key = batch[0].request.key
+        inputs = [item.request.items[item.index] for item in batch]
+        started = time.monotonic()
+        self._running = batch
+        ok = True
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._executor, self.process, key, inputs)
+            if len(results) != len(inputs):
+                raise RuntimeError(f"process() returned {len(results)} results for {len(inputs)} items; "
+                                   "it must return exactly one result per item, in order")
+        except Exception as exc:  # a failed batch fails only its own requests; the loop keeps serving
+            ok = False
+            log.exception("process() failed for a batch of %d items (key %r)", len(batch), key)
+            failed = {item.request for item in batch}
+            for request in failed:
+                request.fail(exc)
+            self._drop(failed)  # their items in later batches are not processed
+        else:
+            for item, result in zip(batch, results, strict=True):
+                item.request.deliver(item.index, result)
+        self._running = []
+        if self.on_batch is not None:
+            stats = BatchStats(len(batch), sum(item.cost for item in batch),
+                               [(started - item.enqueued) * 1000 for item in batch],
+                               (time.monotonic() - started) * 1000, ok)
+            try:
+                self.on_batch(stats)
+            except Exception:
+                log.exception("on_batch hook failed (ignored)")

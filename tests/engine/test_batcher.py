@@ -1,11 +1,14 @@
-"""Dynamic batcher tests with a deterministic fake process function (no model)."""
+"""Dynamic batcher tests with a deterministic fake process function (no model): a gate holds the worker while
+the test lines work up in the queue, so batch formation never depends on timing."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -18,196 +21,465 @@ from engine.batcher import (
     QueueFullError,
 )
 
+pytestmark = pytest.mark.timeout(30)
+
 
 class Recorder:
-    """process(key, items) that records calls, can block on an event and fails on a poisoned item."""
+    """process(key, items): records calls and threads, blocks on the "hold" item until released, fails on "poison"."""
 
-    def __init__(self, gate: threading.Event | None = None) -> None:
+    def __init__(self) -> None:
         self.calls: list[tuple[str, list[str]]] = []
-        self.gate = gate
+        self.gate = threading.Event()
         self.entered = threading.Event()
+        self.threads: set[int] = set()
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
 
     def __call__(self, key: str, items: list[str]) -> list[str]:
-        self.entered.set()
-        if self.gate is not None:
-            assert self.gate.wait(10)
-        self.calls.append((key, list(items)))
-        if "poison" in items:
-            raise RuntimeError("bad batch")
-        return [f"{key}:{item.upper()}" for item in items]
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self.threads.add(threading.get_ident())
+            self.calls.append((key, list(items)))
+            if "hold" in items:
+                self.entered.set()
+                assert self.gate.wait(10), "test never released the gate"
+            if "poison" in items:
+                raise RuntimeError("bad batch")
+            return [expected(key, item) for item in items]
+        finally:
+            with self._lock:
+                self.active -= 1
 
     @property
     def seen(self) -> list[str]:
         return [item for _, items in self.calls for item in items]
 
 
-def run(coro_fn: Callable[[], object]) -> object:
-    return asyncio.run(coro_fn())  # type: ignore[arg-type]
+def expected(key: str, item: str) -> str:
+    return f"{key}:{item.upper()}"
 
 
-def test_concurrent_requests_are_batched_and_results_match() -> None:
-    recorder = Recorder()
+def run(main: Callable[[], Coroutine[Any, Any, Any]], recorder: Recorder | None = None) -> Any:
+    """asyncio.run(main()), always opening the gate so no worker thread outlives the test."""
+    try:
+        return asyncio.run(main())
+    finally:
+        if recorder is not None:
+            recorder.gate.set()
 
-    async def main() -> list[list[str]]:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_batch_size=16, max_wait_ms=20))
+
+async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Yield to the loop until ``cond()`` holds (fails the test after ``timeout`` seconds)."""
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not reached"
+        await asyncio.sleep(0.001)
+
+
+async def hold_worker(batcher: DynamicBatcher[str, str, str], recorder: Recorder, size: int = 1
+                      ) -> asyncio.Task[list[str]]:
+    """Submit a "hold" request of ``size`` items and return once process() is blocked inside it."""
+    task = asyncio.create_task(batcher.submit("hold", ["hold"] + [f"hold{i}" for i in range(1, size)]))
+    assert await asyncio.to_thread(recorder.entered.wait, 5)
+    return task
+
+
+async def settled(awaitable: Awaitable[Any]) -> Any:
+    """The result or the exception of ``awaitable``."""
+    try:
+        return await awaitable
+    except Exception as exc:
+        return exc
+
+
+def make(recorder: Recorder, **kwargs: Any) -> DynamicBatcher[str, str, str]:
+    cost = kwargs.pop("cost", lambda _: 1)
+    on_batch = kwargs.pop("on_batch", None)
+    return DynamicBatcher(recorder, BatcherConfig(**kwargs), cost=cost, on_batch=on_batch)
+
+
+def test_concurrent_submits_share_few_calls_and_match_one_at_a_time() -> None:
+    recorder, alone = Recorder(), Recorder()
+    keys = ["en-de" if i % 3 else "de-en" for i in range(32)]
+    requests = [[f"s{i}"] if i % 2 else [f"s{i}", f"t{i}", f"u{i}"] for i in range(32)]
+
+    async def main() -> tuple[list[list[str]], list[list[str]]]:
+        batcher = make(recorder, max_batch_size=16, max_wait_ms=20)
         await batcher.start()
-        results = await asyncio.gather(*(batcher.submit("en-de", [f"s{i}", f"t{i}"]) for i in range(32)))
+        together = await asyncio.gather(*(batcher.submit(k, r) for k, r in zip(keys, requests, strict=True)))
         await batcher.stop()
-        return results
+        single = make(alone, max_batch_size=16, max_wait_ms=0)
+        await single.start()
+        one_by_one = [await single.submit(k, r) for k, r in zip(keys, requests, strict=True)]
+        await single.stop()
+        return together, one_by_one
 
-    results = run(main)
-    assert results == [[f"en-de:S{i}", f"en-de:T{i}"] for i in range(32)]
-    assert len(recorder.calls) <= 6  # 64 items in batches of 16, not 32 calls
+    together, one_by_one = run(main)
+    assert together == one_by_one == [[expected(k, x) for x in r] for k, r in zip(keys, requests, strict=True)]
+    assert len(alone.calls) == 32
+    assert len(recorder.calls) <= 8  # 64 items over 2 keys in batches of <= 16, instead of 32 calls
     assert all(len(items) <= 16 for _, items in recorder.calls)
+    assert recorder.max_active == 1 and len(recorder.threads) == 1  # one worker thread, one call at a time
 
 
-def test_failed_batch_fails_only_its_requests_and_worker_survives() -> None:
-    recorder = Recorder()
-
-    async def main() -> tuple[object, object, list[str]]:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_batch_size=2, max_wait_ms=50))
-        await batcher.start()
-        bad = await asyncio.gather(batcher.submit("k", ["poison"]), batcher.submit("k", ["x"]),
-                                   return_exceptions=True)
-        good = await asyncio.gather(batcher.submit("k", ["a"]), batcher.submit("k", ["b"]), return_exceptions=True)
-        after = await batcher.submit("k", ["c"])
-        await batcher.stop()
-        return bad, good, after
-
-    bad, good, after = run(main)  # type: ignore[misc]
-    assert all(isinstance(r, RuntimeError) for r in bad)  # type: ignore[union-attr]
-    assert good == [["k:A"], ["k:B"]] and after == ["k:C"]
-
-
-def test_queue_full_is_refused_at_once() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-
-    async def main() -> None:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_batch_size=1, max_wait_ms=0, max_queue_items=2))
-        await batcher.start()
-        first = asyncio.create_task(batcher.submit("k", ["a"]))
-        await asyncio.to_thread(recorder.entered.wait, 5)  # "a" is being processed, queue is empty
-        queued = asyncio.create_task(batcher.submit("k", ["b", "c"]))
-        await asyncio.sleep(0)
-        with pytest.raises(QueueFullError, match="queue full"):
-            await batcher.submit("k", ["d"])
-        with pytest.raises(ValueError, match="max_queue_items"):
-            await batcher.submit("k", ["1", "2", "3"])
-        gate.set()
-        assert await first == ["k:A"] and await queued == ["k:B", "k:C"]
-        await batcher.stop()
-
-    run(main)
-
-
-def test_deadline_expires_queued_work_without_processing_it() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-
-    async def main() -> None:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_batch_size=1, max_wait_ms=0))
-        await batcher.start()
-        blocker = asyncio.create_task(batcher.submit("k", ["slow"]))
-        await asyncio.to_thread(recorder.entered.wait, 5)
-        with pytest.raises(DeadlineExceededError):
-            await batcher.submit("k", ["late"], deadline=time.monotonic() + 0.05)
-        gate.set()
-        await blocker
-        assert await batcher.submit("k", ["next"]) == ["k:NEXT"]
-        await batcher.stop()
-
-    run(main)
-    assert "late" not in recorder.seen
-
-
-def test_cancelled_request_is_dropped() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-
-    async def main() -> None:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_batch_size=1, max_wait_ms=0))
-        await batcher.start()
-        blocker = asyncio.create_task(batcher.submit("k", ["slow"]))
-        await asyncio.to_thread(recorder.entered.wait, 5)
-        gone = asyncio.create_task(batcher.submit("k", ["gone1", "gone2"]))
-        await asyncio.sleep(0.01)
-        assert batcher.queue_depth == 2
-        gone.cancel()
-        await asyncio.sleep(0.01)
-        assert batcher.queue_depth == 0
-        gate.set()
-        await blocker
-        await batcher.stop()
-
-    run(main)
-    assert "gone1" not in recorder.seen and "gone2" not in recorder.seen
-
-
-def test_stop_drains_accepted_work_and_refuses_new() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-
-    async def main() -> None:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_batch_size=2, max_wait_ms=0))
-        await batcher.start()
-        tasks = [asyncio.create_task(batcher.submit("k", [f"x{i}"])) for i in range(5)]
-        await asyncio.to_thread(recorder.entered.wait, 5)
-        stopping = asyncio.create_task(batcher.stop(drain=True, timeout=10))
-        await asyncio.sleep(0.01)
-        with pytest.raises(BatcherClosedError):
-            await batcher.submit("k", ["late"])
-        gate.set()
-        await stopping
-        assert [await t for t in tasks] == [[f"k:X{i}"] for i in range(5)]
-
-    run(main)
-
-
-def test_event_loop_stays_free_while_a_batch_runs() -> None:
-    gate = threading.Event()
-    recorder = Recorder(gate)
-
-    async def main() -> int:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_wait_ms=0))
-        await batcher.start()
-        task = asyncio.create_task(batcher.submit("k", ["a"]))
-        await asyncio.to_thread(recorder.entered.wait, 5)
-        ticks = 0
-        for _ in range(5):  # a "health check" coroutine keeps running while process() blocks
-            await asyncio.sleep(0.001)
-            ticks += 1
-        gate.set()
-        await task
-        await batcher.stop()
-        return ticks
-
-    assert run(main) == 5
-
-
-def test_token_limit_and_keys_separate_batches() -> None:
+def test_full_batch_goes_without_waiting_and_a_partial_one_waits_for_company() -> None:
     recorder = Recorder()
     stats: list[BatchStats] = []
 
     async def main() -> None:
-        batcher = DynamicBatcher(recorder, BatcherConfig(max_batch_size=10, max_batch_tokens=10, max_wait_ms=20),
-                                 cost=len, on_batch=stats.append)
+        batcher = make(recorder, max_batch_size=2, max_wait_ms=60_000, on_batch=stats.append)
         await batcher.start()
-        await asyncio.gather(batcher.submit("en-de", ["aaaa", "bbbb", "cccc"]), batcher.submit("de-en", ["dd"]),
-                             batcher.submit("en-de", ["x" * 30]))
+        assert await asyncio.wait_for(batcher.submit("k", ["a", "b"]), 5) == ["k:A", "k:B"]  # full: no 60 s wait
+        first = asyncio.create_task(batcher.submit("k", ["c"]))
+        await until(lambda: batcher.queue_depth == 1)
+        await asyncio.sleep(0.02)
+        assert not first.done()  # alone, it waits for company
+        assert await asyncio.wait_for(batcher.submit("k", ["d"]), 5) == ["k:D"]
+        assert await first == ["k:C"]
         await batcher.stop()
 
+    run(main, recorder)
+    assert recorder.calls == [("k", ["a", "b"]), ("k", ["c", "d"])]
+    assert stats[1].queue_wait_ms[0] >= 20  # "c" waited for "d"
+
+
+def test_max_wait_elapses_for_a_lone_item() -> None:
+    recorder = Recorder()
+    stats: list[BatchStats] = []
+
+    async def main() -> list[str]:
+        batcher = make(recorder, max_wait_ms=30, on_batch=stats.append)
+        await batcher.start()
+        result = await batcher.submit("k", ["a"])
+        await batcher.stop()
+        return result
+
+    assert run(main) == ["k:A"]
+    assert len(stats) == 1 and stats[0].size == 1 and stats[0].ok
+    assert stats[0].queue_wait_ms[0] >= 29 and stats[0].inference_ms >= 0
+
+
+def test_large_request_is_split_over_batches_in_order() -> None:
+    recorder = Recorder()
+    items = [f"x{i}" for i in range(10)]
+
+    async def main() -> list[str]:
+        batcher = make(recorder, max_batch_size=4, max_wait_ms=0)
+        await batcher.start()
+        result = await batcher.submit("k", items)
+        await batcher.stop()
+        return result
+
+    assert run(main) == [expected("k", x) for x in items]
+    assert [items for _, items in recorder.calls] == [items[:4], items[4:8], items[8:]]
+
+
+def test_failed_batch_fails_only_its_requests_and_the_next_batch_succeeds() -> None:
+    recorder = Recorder()
+
+    async def main() -> list[Any]:
+        batcher = make(recorder, max_batch_size=2, max_wait_ms=0)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        tasks = [asyncio.create_task(settled(batcher.submit("k", [x]))) for x in ["poison", "x", "y", "z"]]
+        split = asyncio.create_task(settled(batcher.submit("j", ["a", "poison", "c", "d"])))
+        await until(lambda: batcher.queue_depth == 8)
+        recorder.gate.set()
+        out = [await t for t in tasks] + [await split, await hold, await batcher.submit("k", ["after"])]
+        await batcher.stop()
+        return out
+
+    poisoned, same_batch, y, z, split, hold, after = run(main, recorder)
+    assert isinstance(poisoned, RuntimeError) and isinstance(same_batch, RuntimeError)
+    assert str(poisoned) == "bad batch"
+    assert (y, z, hold, after) == (["k:Y"], ["k:Z"], ["hold:HOLD"], ["k:AFTER"])
+    assert isinstance(split, RuntimeError)  # one failed item fails its request...
+    assert "c" not in recorder.seen and "d" not in recorder.seen  # ...and its other queued items are dropped
+
+
+def test_wrong_result_count_fails_the_batch_with_a_clear_error() -> None:
+    stats: list[BatchStats] = []
+
+    def process(key: str, items: list[str]) -> list[str]:
+        return items[:1]
+
+    async def main() -> tuple[Any, Any]:
+        batcher: DynamicBatcher[str, str, str] = DynamicBatcher(process, BatcherConfig(max_wait_ms=0),
+                                                                on_batch=stats.append)
+        await batcher.start()
+        bad = await settled(batcher.submit("k", ["a", "b"]))
+        good = await batcher.submit("k", ["c"])
+        await batcher.stop()
+        return bad, good
+
+    bad, good = run(main)
+    assert isinstance(bad, RuntimeError) and "returned 1 results for 2 items" in str(bad)
+    assert good == ["c"]
+    assert [s.ok for s in stats] == [False, True]
+
+
+def test_on_batch_hook_errors_are_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    recorder = Recorder()
+
+    def hook(stats: BatchStats) -> None:
+        raise ValueError("hook broke")
+
+    async def main() -> list[list[str]]:
+        batcher = make(recorder, max_wait_ms=0, on_batch=hook)
+        await batcher.start()
+        out = [await batcher.submit("k", ["a"]), await batcher.submit("k", ["b"])]
+        await batcher.stop()
+        return out
+
+    with caplog.at_level(logging.ERROR, logger="transduce.batcher"):
+        assert run(main) == [["k:A"], ["k:B"]]
+    assert "on_batch hook failed" in caplog.text
+
+
+def test_queue_full_is_refused_at_once_and_all_or_nothing() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_batch_size=8, max_wait_ms=0, max_queue_items=3)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        assert batcher.queue_depth == 0 and batcher.in_flight == 1
+        queued = asyncio.create_task(batcher.submit("k", ["b", "c"]))
+        await until(lambda: batcher.queue_depth == 2)
+        with pytest.raises(QueueFullError, match="queue full"):
+            await batcher.submit("k", ["d", "e"])
+        assert batcher.queue_depth == 2  # nothing of the refused request was queued
+        fits = asyncio.create_task(batcher.submit("k", ["d"]))
+        await until(lambda: batcher.queue_depth == 3)
+        with pytest.raises(ValueError, match="max_queue_items=3"):
+            await batcher.submit("k", ["1", "2", "3", "4"])
+        recorder.gate.set()
+        assert await hold == ["hold:HOLD"] and await queued == ["k:B", "k:C"] and await fits == ["k:D"]
+        assert batcher.queue_depth == 0 and batcher.in_flight == 0
+        await batcher.stop()
+
+    run(main, recorder)
+    assert "e" not in recorder.seen
+
+
+def test_deadline_fails_queued_request_promptly_and_it_is_never_processed() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_batch_size=4, max_wait_ms=0)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        with pytest.raises(DeadlineExceededError):  # raised while the worker is still blocked
+            await batcher.submit("k", ["late1", "late2"], deadline=time.monotonic() + 0.05)
+        assert batcher.queue_depth == 0 and not recorder.gate.is_set()
+        with pytest.raises(DeadlineExceededError):  # already past: refused without queueing
+            await batcher.submit("k", ["past"], deadline=time.monotonic() - 1)
+        recorder.gate.set()
+        await hold
+        assert await batcher.submit("k", ["next"], deadline=time.monotonic() + 5) == ["k:NEXT"]
+        await batcher.stop()
+
+    run(main, recorder)
+    assert not {"late1", "late2", "past"} & set(recorder.seen)
+
+
+def test_deadline_inside_a_running_batch_discards_its_result() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_wait_ms=0)
+        await batcher.start()
+        task = asyncio.create_task(batcher.submit("hold", ["hold"], deadline=time.monotonic() + 0.05))
+        assert await asyncio.to_thread(recorder.entered.wait, 5)
+        with pytest.raises(DeadlineExceededError):
+            await task
+        assert batcher.in_flight == 1  # the call itself cannot be interrupted
+        recorder.gate.set()
+        assert await batcher.submit("k", ["next"]) == ["k:NEXT"]
+        await batcher.stop()
+
+    run(main, recorder)
+
+
+def test_cancelled_request_items_are_never_processed() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_batch_size=8, max_wait_ms=0)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        gone = asyncio.create_task(batcher.submit("k", ["gone1", "gone2"]))
+        kept = asyncio.create_task(batcher.submit("k", ["kept"]))
+        await until(lambda: batcher.queue_depth == 3)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert batcher.queue_depth == 1
+        recorder.gate.set()
+        assert await hold == ["hold:HOLD"] and await kept == ["k:KEPT"]
+        await batcher.stop()
+
+    run(main, recorder)
+    assert "gone1" not in recorder.seen and "gone2" not in recorder.seen
+
+
+def test_stop_drains_accepted_work_and_refuses_new() -> None:
+    recorder = Recorder()
+
+    async def main() -> list[Any]:
+        batcher = make(recorder, max_batch_size=2, max_wait_ms=60_000)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder, size=2)  # a full batch: goes at once
+        tasks = [asyncio.create_task(batcher.submit("k", [f"x{i}"])) for i in range(5)]
+        await until(lambda: batcher.queue_depth == 5)
+        stopping = asyncio.create_task(batcher.stop(drain=True, timeout=10))
+        await until(lambda: batcher.closed)
+        with pytest.raises(BatcherClosedError):
+            await batcher.submit("k", ["late"])
+        recorder.gate.set()
+        await stopping  # the partial last batch does not wait max_wait_ms while draining
+        assert batcher.queue_depth == 0 and batcher.in_flight == 0
+        return [await hold] + [await t for t in tasks]
+
+    assert run(main, recorder) == [["hold:HOLD", "hold:HOLD1"]] + [[f"k:X{i}"] for i in range(5)]
+    assert "late" not in recorder.seen
+
+
+def test_stop_timeout_fails_the_remainder() -> None:
+    recorder = Recorder()
+
+    async def main() -> list[Any]:
+        batcher = make(recorder, max_wait_ms=0)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        queued = asyncio.create_task(batcher.submit("k", ["a"]))
+        await until(lambda: batcher.queue_depth == 1)
+        await batcher.stop(drain=True, timeout=0.05)
+        return [await settled(hold), await settled(queued)]
+
+    results = run(main, recorder)
+    assert all(isinstance(r, BatcherClosedError) for r in results)
+    assert "a" not in recorder.seen
+
+
+def test_stop_without_drain_fails_queued_at_once_and_lets_the_running_batch_finish() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_wait_ms=0)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        queued = asyncio.create_task(batcher.submit("k", ["a"]))
+        await until(lambda: batcher.queue_depth == 1)
+        stopping = asyncio.create_task(batcher.stop(drain=False, timeout=10))
+        with pytest.raises(BatcherClosedError):
+            await queued  # failed while the worker is still blocked
+        assert not recorder.gate.is_set()
+        recorder.gate.set()
+        await stopping
+        assert await hold == ["hold:HOLD"]
+
+    run(main, recorder)
+    assert "a" not in recorder.seen
+
+
+def test_event_loop_stays_free_while_process_blocks() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_wait_ms=0)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+
+        async def health() -> str:
+            for _ in range(50):
+                await asyncio.sleep(0)
+            return "ok"
+
+        assert await asyncio.wait_for(health(), 5) == "ok"
+        assert not hold.done() and batcher.in_flight == 1  # process() was blocked the whole time
+        recorder.gate.set()
+        assert await hold == ["hold:HOLD"]
+        await batcher.stop()
+
+    run(main, recorder)
+
+
+def test_max_batch_tokens_and_oversized_item() -> None:
+    recorder = Recorder()
+    stats: list[BatchStats] = []
+
+    async def main() -> None:
+        batcher = make(recorder, max_batch_size=10, max_batch_tokens=10, max_wait_ms=0, cost=len,
+                       on_batch=stats.append)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        tasks = [asyncio.create_task(batcher.submit("k", ["aaaa", "bbbb", "cccc", "x" * 30, "dd"]))]
+        await until(lambda: batcher.queue_depth == 5)
+        recorder.gate.set()
+        await hold
+        assert await tasks[0] == [expected("k", x) for x in ["aaaa", "bbbb", "cccc", "x" * 30, "dd"]]
+        await batcher.stop()
+
+    run(main, recorder)
+    assert recorder.calls[1:] == [("k", ["aaaa", "bbbb"]), ("k", ["cccc"]), ("k", ["x" * 30]), ("k", ["dd"])]
+    assert [s.tokens for s in stats[1:]] == [8, 4, 30, 2]
+
+
+def test_keys_are_never_mixed_and_the_oldest_key_goes_first() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_batch_size=8, max_wait_ms=0)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        tasks = [asyncio.create_task(batcher.submit(k, [x])) for k, x in
+                 [("de-en", "b1"), ("en-de", "a1"), ("de-en", "b2"), ("en-de", "a2"), ("fr-en", "c1")]]
+        await until(lambda: batcher.queue_depth == 5)
+        recorder.gate.set()
+        await hold
+        assert [await t for t in tasks] == [["de-en:B1"], ["en-de:A1"], ["de-en:B2"], ["en-de:A2"], ["fr-en:C1"]]
+        await batcher.stop()
+
+    run(main, recorder)
+    assert recorder.calls[1:] == [("de-en", ["b1", "b2"]), ("en-de", ["a1", "a2"]), ("fr-en", ["c1"])]
+
+
+def test_lifecycle_errors_and_empty_submit() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder)
+        with pytest.raises(BatcherClosedError, match="start"):
+            await batcher.submit("k", ["a"])
+        await batcher.start()
+        with pytest.raises(RuntimeError, match="already started"):
+            await batcher.start()
+        assert await batcher.submit("k", []) == []
+        await batcher.stop()
+        await batcher.stop()  # idempotent
+        with pytest.raises(BatcherClosedError, match="shutting down"):
+            await batcher.submit("k", ["a"])
+
     run(main)
-    for _key, items in recorder.calls:
-        assert len({k for k, its in recorder.calls if its == items}) == 1
-        assert sum(len(i) for i in items) <= 10 or len(items) == 1
-    assert ("de-en", ["dd"]) in recorder.calls
-    assert sorted(recorder.seen) == sorted(["aaaa", "bbbb", "cccc", "dd", "x" * 30])
-    assert sum(s.size for s in stats) == 5 and all(s.ok for s in stats)
+    assert recorder.calls == []
 
 
-def test_config_validation() -> None:
-    with pytest.raises(ValueError, match="max_batch_size"):
-        BatcherConfig(max_batch_size=0)
-    with pytest.raises(ValueError, match="max_wait_ms"):
-        BatcherConfig(max_wait_ms=-1)
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_batch_size": 0}, "max_batch_size must be a positive integer"),
+        ({"max_batch_tokens": -5}, "max_batch_tokens must be a positive integer"),
+        ({"max_queue_items": 0}, "max_queue_items must be a positive integer"),
+        ({"max_batch_size": 2.5}, "max_batch_size must be a positive integer"),
+        ({"max_wait_ms": -1}, "max_wait_ms must be a finite number >= 0"),
+        ({"max_wait_ms": float("nan")}, "max_wait_ms must be a finite number >= 0"),
+    ],
+)
+def test_config_validation(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BatcherConfig(**kwargs)
+    assert BatcherConfig(max_wait_ms=0).max_wait_ms == 0
