@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,23 +49,29 @@ def _draining_server_class() -> type:
     return DrainingServer
 
 
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from TRANSDUCE_* variables, with the flags that were given overriding them."""
+    from service.config import Settings
+
+    overrides = {k: v for k, v in vars(args).items() if v is not None and k in Settings.model_fields}
+    return Settings(**overrides)
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate settings, load the translator, serve until SIGTERM/SIGINT; exit 0 after draining."""
     import uvicorn
     from pydantic import ValidationError
 
     from engine.errors import ModelLoadError
-    from service.config import Settings
+    from service.logging import configure_logging
     from service.main import create_app, load_translator
-    from service.observability import configure_logging
 
-    overrides = {k: v for k, v in vars(args).items() if v is not None and k in Settings.model_fields}
     try:
-        settings = Settings(**overrides)
+        settings = settings_from_args(args)
     except ValidationError as exc:
         first = exc.errors()[0]
-        print(f"transduce serve: invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}",
-              file=sys.stderr)
+        where = ".".join(map(str, first["loc"])) or "combination"
+        print(f"transduce serve: invalid setting {where}: {first['msg']}", file=sys.stderr)
         return 2
     configure_logging(settings.log_json)
     try:

@@ -47,7 +47,28 @@ class Settings(BaseSettings):
     @classmethod
     def _positive(cls, value: int) -> int:
         if value < 1:
-            raise ValueError("must be >= 1")
+            raise ValueError(f"must be >= 1, got {value}")
+        return value
+
+    @field_validator("max_wait_ms", "shutdown_grace_s", "max_alternatives", "intra_threads")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if not value >= 0:  # also refuses NaN
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @field_validator("request_timeout_s")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError(f"must be > 0 seconds, got {value}")
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 <= value <= 65535:
+            raise ValueError(f"must be a TCP port between 0 and 65535, got {value}")
         return value
 
     @property

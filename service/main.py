@@ -71,6 +71,7 @@ def create_app(settings: Settings | None = None, *,
     app.add_middleware(RequestContextMiddleware, state=state)
     for module in (translate, meta, health, observability, web):
         app.include_router(module.router)
+    translate.document_request_schema(app)
     app.mount("/static", StaticFiles(directory=web.STATIC), name="static")
     return app
 

@@ -1,9 +1,7 @@
-"""Prometheus metrics (a registry per app), the rolling /latency window and JSON access logs."""
+"""Prometheus metrics (a registry per app) and the rolling /latency window."""
 
 from __future__ import annotations
 
-import json
-import logging
 import threading
 import time
 from collections import deque
@@ -15,9 +13,11 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from engine.batcher import BatchStats
+from service.logging import JsonFormatter, configure_logging
+
+__all__ = ["JsonFormatter", "LatencyWindow", "Metrics", "RequestTiming", "configure_logging"]  # logging re-exported
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-access_log = logging.getLogger("transduce.access")
 
 
 class Metrics:
@@ -107,26 +107,3 @@ class LatencyWindow:
             "batch_size": {"mean": round(float(np.mean(sizes)), 3) if sizes else 0.0,
                            "max": max(sizes) if sizes else 0},
         }
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per log line; ``extra={"fields": {...}}`` adds structured fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        """Render the record as JSON."""
-        payload: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
-                                   "msg": record.getMessage()}
-        payload.update(getattr(record, "fields", {}))
-        if record.exc_info:
-            payload["exc"] = self.formatException(record.exc_info)
-        return json.dumps(payload, ensure_ascii=False)
-
-
-def configure_logging(json_lines: bool) -> None:
-    """Log to stderr: JSON lines (production) or plain text; called by `transduce serve`, never on import."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
-                                                                             "%(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)

@@ -42,6 +42,10 @@ class TranslatorLike(Protocol):
                   options: DecodeOptions | None = None) -> list[TranslationResult]: ...
 
 
+class TooManySentencesError(ValueError):
+    """A request with more sentences than the queue can ever hold (the service answers 413)."""
+
+
 @dataclass(frozen=True)
 class Timed:
     """A sentence's result with when its batch started and how long the batch took."""
@@ -68,6 +72,8 @@ class TranslationPipeline:
                                max_wait_ms=settings.max_wait_ms, max_queue_items=settings.max_queue_items)
         self.batcher: DynamicBatcher[Key, tuple[str, int], Timed] = DynamicBatcher(
             self._process, config, cost=lambda item: item[1], on_batch=self._on_batch)
+        model_limit = getattr(translator, "max_source_tokens", None)  # the engine fails a whole batch beyond it
+        self.model_limit: int | None = model_limit if isinstance(model_limit, int) else None
 
     def _process(self, key: Key, items: list[tuple[str, int]]) -> list[Timed]:
         """Runs in the batcher's worker thread: one engine call for sentences sharing ``key``."""
@@ -92,12 +98,17 @@ class TranslationPipeline:
 
     def sentences(self, item: str) -> list[tuple[str, str, int]]:
         """(sentence, following whitespace, token count) of one q entry; raises InputTooLongError over the limit."""
-        out = []
+        out: list[tuple[str, str, int]] = []
+        if not item.strip():
+            return out  # blank entries come back as "" without reaching the engine
         for sentence, ws in self.translator.split_sentences(item):
             n = self.translator.count_tokens(sentence)
             if n > self.settings.max_sentence_tokens:
                 raise InputTooLongError(f"a sentence has {n} tokens, over the limit of "
                                         f"{self.settings.max_sentence_tokens} (max_sentence_tokens); split it")
+            if self.model_limit is not None and n > self.model_limit:
+                raise InputTooLongError(f"a sentence has {n} tokens, over the model's limit of {self.model_limit} "
+                                        "(its maximum source length; max_sentence_tokens cannot raise it); split it")
             out.append((sentence, ws, n))
         return out
 
@@ -106,6 +117,10 @@ class TranslationPipeline:
         """Translate every q entry; all their sentences go to the batcher in one submit."""
         split = [self.sentences(item) for item in items]
         flat = [(sentence, n) for parts in split for sentence, _, n in parts]
+        limit = self.settings.max_queue_items
+        if len(flat) > limit:
+            raise TooManySentencesError(f"request has {len(flat)} sentences, over the limit of {limit} sentences "
+                                        "per request (max_queue_items); send it in parts")
         n_hyps = alternatives + 1
         key: Key = (source, target, max(beam_size, n_hyps), n_hyps)
         deadline = started + self.settings.request_timeout_s

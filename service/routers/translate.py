@@ -9,7 +9,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
@@ -18,6 +18,7 @@ from engine.errors import InputTooLongError, UnsupportedLanguageError
 from service.config import Settings
 from service.deps import StateDep, check_api_key, get_pipeline
 from service.errors import ApiError
+from service.pipeline import TooManySentencesError
 from service.schemas import ERROR_RESPONSES, TranslateRequest, TranslateResponse
 
 router = APIRouter(tags=["translate"])
@@ -29,7 +30,22 @@ _form_schema = {**_schema, "properties": {**_schema["properties"], "q": {"type":
 OPENAPI_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": {"$ref": "#/components/schemas/TranslateRequest"}},
     "application/x-www-form-urlencoded": {"schema": _form_schema},
+    "multipart/form-data": {"schema": _form_schema},
 }}}
+
+
+def document_request_schema(app: FastAPI) -> None:
+    """Put TranslateRequest into the OpenAPI components: the JSON body above refers to it (the route reads the body
+    itself to accept forms too, so FastAPI does not add it on its own)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("schemas", {})["TranslateRequest"] = _schema
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -141,14 +157,16 @@ async def translate(request: Request, state: StateDep) -> TranslateResponse:
         pipeline.translator.check_pair(req.source, req.target)
     except UnsupportedLanguageError as exc:
         raise ApiError(400, str(exc)) from None
-    request.state.sizes = {"items": len(items), "chars": sum(len(i) for i in items)}
-    state.metrics.characters.inc(request.state.sizes["chars"])
+    request.state.sizes = {"n_items": len(items), "n_chars": sum(len(i) for i in items)}
+    state.metrics.characters.inc(request.state.sizes["n_chars"])
     try:
         results, timing = await until_disconnect(request, pipeline.translate(
             [clean_text(i) for i in items], source=req.source, target=req.target,
             beam_size=req.beam_size or settings.default_beam_size, alternatives=req.alternatives, started=started))
     except InputTooLongError as exc:
         raise ApiError(400, str(exc)) from None
+    except TooManySentencesError as exc:
+        raise ApiError(413, str(exc)) from None
     except QueueFullError:
         raise ApiError(503, "server busy: the translation queue is full, retry later",
                        {"Retry-After": str(pipeline.retry_after())}) from None

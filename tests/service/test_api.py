@@ -273,7 +273,7 @@ async def test_10000_character_word(make_client: Any) -> None:
 def test_access_log_is_one_json_line() -> None:
     import logging
 
-    from service.observability import JsonFormatter
+    from service.logging import JsonFormatter
 
     record = logging.LogRecord("transduce.access", logging.INFO, __file__, 1, "translate %s", (200,), None)
     record.fields = {"request_id": "abc", "status": 200, "queue_ms": 1.5}  # type: ignore[attr-defined]

@@ -1,0 +1,312 @@
+"""Operations through the real app over a fake translator: readiness, draining, overload, deadlines, disconnects,
+batching, API keys, request ids, metrics, latency, logs, settings and the serve command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fakes import FakeTranslator, serve, wait_entered, wait_until
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.config import Settings
+from service.main import create_app
+
+pytestmark = pytest.mark.anyio
+EN_DE = {"source": "en", "target": "de"}
+
+
+def hold(fake: FakeTranslator) -> threading.Event:
+    """Make the fake's next translate calls block until the returned event is set."""
+    gate = threading.Event()
+    fake.gate = gate
+    fake.entered.clear()
+    return gate
+
+
+async def test_ready_only_after_load_and_canary() -> None:
+    fake, loaded = FakeTranslator(), threading.Event()
+
+    def slow_load(_: Settings) -> FakeTranslator:
+        assert loaded.wait(10)
+        return fake
+
+    app = create_app(Settings(log_json=False), translator_factory=slow_load)
+    manager = LifespanManager(app, startup_timeout=15)
+    starting = asyncio.create_task(manager.__aenter__())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        assert (await client.get("/health")).json() == {"status": "ok"}  # liveness answers while loading
+        r = await client.get("/health/ready")
+        assert r.status_code == 503 and "loading" in r.json()["error"]
+        r = await client.post("/translate", json={"q": "x", **EN_DE})
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+        loaded.set()
+        await starting
+        r = await client.get("/health/ready")
+        assert r.json() == {"status": "ready", "model": "fake-model", "provider": "CPUExecutionProvider"}
+        latency = (await client.get("/latency")).json()
+    await manager.__aexit__(None, None, None)
+    assert fake.calls == [["Hello world."]] and fake.options[0].beam_size == 1  # the canary, greedy
+    assert (latency["batches"], latency["count"]) == (1, 0)  # it went through the batcher; it is not a request
+
+
+async def test_failing_canary_fails_start_up() -> None:
+    fake = FakeTranslator()
+    fake.fail_on = {"Hello world.": RuntimeError("broken model")}
+    app = create_app(Settings(log_json=False), translator_factory=lambda _: fake)
+    with pytest.raises(RuntimeError, match="broken model"):
+        async with LifespanManager(app):
+            pass
+    assert app.state.transduce.ready is False
+
+
+async def test_shutdown_drains_accepted_work_and_refuses_new() -> None:
+    fake = FakeTranslator()
+    app = create_app(Settings(log_json=False), translator_factory=lambda _: fake)
+    manager = LifespanManager(app)
+    await manager.__aenter__()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        gate = hold(fake)
+        accepted = asyncio.create_task(client.post("/translate", json={"q": "accepted text", **EN_DE}))
+        await wait_entered(fake)
+        stopping = asyncio.create_task(manager.__aexit__(None, None, None))
+        await wait_until(lambda: app.state.transduce.draining)
+        r = await client.get("/health/ready")
+        assert r.status_code == 503 and "shutting down" in r.json()["error"]
+        r = await client.post("/translate", json={"q": "too late", **EN_DE})
+        assert r.status_code == 503 and r.json() == {"error": "server is shutting down"}
+        assert not stopping.done()  # still waiting for the accepted request
+        gate.set()
+        assert (await accepted).json() == {"translatedText": "TEXT ACCEPTED"}
+        await asyncio.wait_for(stopping, 10)
+    assert "too late" not in fake.translated
+
+
+async def test_queue_full_is_503_with_retry_after() -> None:
+    fake = FakeTranslator()
+    async with serve(fake, max_queue_items=3, max_batch_size=1, max_wait_ms=0) as (client, app):
+        gate = hold(fake)
+        first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
+        await wait_entered(fake)  # the worker holds "first"; the queue is empty
+        second = asyncio.create_task(client.post("/translate", json={"q": "a. b. c", **EN_DE}))
+        await wait_until(lambda: app.state.transduce.pipeline.batcher.queue_depth == 3)
+        r = await client.post("/translate", json={"q": "refused", **EN_DE})
+        assert r.status_code == 503 and "queue is full" in r.json()["error"]
+        assert int(r.headers["retry-after"]) >= 1
+        gate.set()
+        assert (await first).status_code == 200 and (await second).json() == {"translatedText": "A. B. C"}
+    assert "refused" not in fake.translated
+
+
+def test_retry_after_follows_queue_depth_over_throughput() -> None:
+    from engine.batcher import BatchStats
+    from service.observability import LatencyWindow, Metrics
+    from service.pipeline import TranslationPipeline
+
+    window = LatencyWindow()
+    pipeline = TranslationPipeline(FakeTranslator(), Settings(), Metrics(), window)
+    assert pipeline.retry_after() == 1  # nothing measured yet
+    window.add_batch(BatchStats(size=10, tokens=50, queue_wait_ms=[1.0] * 10, inference_ms=1000.0, ok=True))
+    pipeline.batcher._queue.extend([None] * 45)  # type: ignore[list-item]  # 45 waiting at 10 per second
+    assert pipeline.retry_after() == 5
+
+
+async def test_deadline_is_504_and_the_sentence_is_never_decoded() -> None:
+    fake = FakeTranslator()
+    async with serve(fake, request_timeout_s=0.2, max_batch_size=1, max_wait_ms=0) as (client, _):
+        gate = hold(fake)
+        first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
+        await wait_entered(fake)
+        r = await client.post("/translate", json={"q": "too slow", **EN_DE})
+        assert r.status_code == 504 and "0.2 s (request_timeout_s)" in r.json()["error"]
+        gate.set()
+        assert (await first).status_code == 504  # its deadline passed too, while the engine held it
+    assert "too slow" not in fake.translated
+
+
+async def test_client_disconnect_drops_queued_sentences() -> None:
+    fake = FakeTranslator()
+    async with serve(fake, max_batch_size=1, max_wait_ms=0) as (client, app):
+        gate = hold(fake)
+        first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
+        await wait_entered(fake)
+        body = json.dumps({"q": "gone. away", **EN_DE}).encode()
+        messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+        hung_up, sent = asyncio.Event(), []
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop(0)
+            await hung_up.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/translate", "raw_path": b"/translate", "query_string": b"",
+                 "root_path": "", "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+                 "client": ("127.0.0.1", 1), "server": ("test", 80)}
+        call = asyncio.create_task(app(scope, receive, send))
+        batcher = app.state.transduce.pipeline.batcher
+        await wait_until(lambda: batcher.queue_depth == 2)
+        hung_up.set()
+        await asyncio.wait_for(call, 5)
+        assert batcher.queue_depth == 0  # dropped before the worker got to them
+        gate.set()
+        assert (await first).status_code == 200
+    assert fake.translated[1:] == ["first"]
+
+
+async def test_concurrent_requests_share_engine_calls() -> None:
+    fake = FakeTranslator()
+    async with serve(fake, max_wait_ms=0) as (client, app):
+        gate = hold(fake)
+        first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
+        await wait_entered(fake)
+        texts = [f"text number {i}" for i in range(12)]
+        tasks = [asyncio.create_task(client.post("/translate", json={"q": t, **EN_DE, "beam_size": 1 + i % 2}))
+                 for i, t in enumerate(texts)]
+        await wait_until(lambda: app.state.transduce.pipeline.batcher.queue_depth == 12)
+        gate.set()
+        responses = await asyncio.gather(first, *tasks)
+        latency = (await client.get("/latency")).json()
+    assert [r.json()["translatedText"] for r in responses[1:]] == [f"{i} NUMBER TEXT" for i in range(12)]
+    assert len(fake.calls) == 4  # canary, "first", then one batch per beam size for the 12 requests
+    assert {frozenset(call) for call in fake.calls[2:]} == {frozenset(texts[0::2]), frozenset(texts[1::2])}
+    assert sorted(o.beam_size for o in fake.options[2:]) == [1, 2]  # different beams never share a batch
+    assert latency["count"] == 13 and latency["batch_size"]["max"] == 6
+    assert set(latency) >= {"total_ms", "queue_ms", "inference_ms", "batch_size", "count"}
+    for key in ("total_ms", "queue_ms", "inference_ms"):
+        assert set(latency[key]) == {"p50", "p90", "p99", "max"}
+        assert 0 <= latency[key]["p50"] <= latency[key]["p90"] <= latency[key]["p99"] <= latency[key]["max"]
+    assert latency["queue_ms"]["max"] > 0 and latency["batch_size"]["mean"] > 1
+
+
+async def test_api_keys() -> None:
+    async with serve(api_keys="k1, k2") as (client, _):
+        body = {"q": "a b", **EN_DE}
+        r = await client.post("/translate", json=body)
+        assert r.status_code == 401 and "API key" in r.json()["error"]
+        r = await client.post("/translate", json={**body, "api_key": "k3"})
+        assert r.status_code == 403 and r.json() == {"error": "invalid API key"}
+        r = await client.post("/translate", json=body, headers={"Authorization": "Bearer nope"})
+        assert r.status_code == 403
+        assert (await client.post("/translate", json={**body, "api_key": "k2"})).status_code == 200
+        assert (await client.post("/translate", data={**body, "api_key": "k1"})).status_code == 200
+        assert (await client.post("/translate", json=body, headers={"Authorization": "Bearer k1"})).status_code == 200
+        for path in ("/health", "/health/ready", "/metrics", "/latency", "/languages", "/docs"):
+            assert (await client.get(path)).status_code == 200, path
+    async with serve(api_keys="k1", protect_health=True) as (client, _):
+        for path in ("/health", "/health/ready", "/metrics", "/latency"):
+            assert (await client.get(path)).status_code == 401, path
+            assert (await client.get(path, headers={"Authorization": "Bearer k1"})).status_code == 200, path
+        assert (await client.get("/languages")).status_code == 200
+
+
+async def test_request_id_is_echoed_or_generated_on_every_response() -> None:
+    async with serve() as (client, _):
+        r = await client.get("/health", headers={"X-Request-ID": "abc-123"})
+        assert r.headers["x-request-id"] == "abc-123"
+        r = await client.post("/translate", content=b"{", headers={"content-type": "application/json",
+                                                                   "X-Request-ID": "bad-json-1"})
+        assert (r.status_code, r.headers["x-request-id"]) == (422, "bad-json-1")
+        generated = {(await client.get(path)).headers["x-request-id"] for path in ("/health", "/languages", "/nope")}
+        assert len(generated) == 3 and all(len(g) == 32 for g in generated)
+        r = await client.get("/health", headers={"X-Request-ID": "no spaces or\nnewlines"})
+        assert len(r.headers["x-request-id"]) == 32  # an unsafe id is replaced, not echoed into logs
+
+
+async def test_metrics_are_prometheus_text_per_app() -> None:
+    async with serve() as (client, _), serve() as (other, _):
+        await client.post("/translate", json={"q": "a b c", **EN_DE})
+        await client.post("/translate", json={"q": "a b c", "source": "en", "target": "xx"})
+        r = await client.get("/metrics")
+        other_text = (await other.get("/metrics")).text
+    assert r.headers["content-type"] == CONTENT_TYPE_LATEST
+    text = r.text
+    assert 'transduce_requests_total{status="200"} 1.0' in text
+    assert 'transduce_requests_total{status="400"} 1.0' in text
+    assert "transduce_requests_total{" not in other_text  # each app has its own registry
+    assert "transduce_batch_size_count 2.0" in text  # the canary and the one request
+    assert "transduce_generated_tokens_total 7.0" in text  # the fake's tokens: one per word, plus eos each
+    for name in ("transduce_request_duration_seconds_bucket", "transduce_queue_wait_seconds_count",
+                 "transduce_inference_seconds_sum", "transduce_queue_depth 0.0"):
+        assert name in text
+
+
+async def test_one_access_log_line_per_translate_request(caplog: pytest.LogCaptureFixture) -> None:
+    from service.logging import JsonFormatter
+
+    caplog.set_level(logging.INFO, logger="transduce.access")
+    async with serve() as (client, _):
+        await client.get("/health")
+        await client.post("/translate", json={"q": ["a b.", "c"], **EN_DE}, headers={"X-Request-ID": "log-1"})
+        await client.post("/translate", json={"q": "x", "source": "en", "target": "en"})
+    records = [r for r in caplog.records if r.name == "transduce.access"]
+    assert len(records) == 2
+    lines = [JsonFormatter().format(r) for r in records]
+    assert all("\n" not in line for line in lines)
+    ok, bad = (json.loads(line) for line in lines)
+    assert {k: ok[k] for k in ("request_id", "n_items", "n_chars", "status")} == {
+        "request_id": "log-1", "n_items": 2, "n_chars": 5, "status": 200}
+    assert all(isinstance(ok[k], float) and ok[k] >= 0 for k in ("queue_ms", "inference_ms", "total_ms"))
+    assert bad["status"] == 400 and bad["queue_ms"] is None
+
+
+def test_configure_logging_installs_json_lines() -> None:
+    from service.logging import JsonFormatter, configure_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging(json_lines=True)
+        assert [type(h.formatter) for h in root.handlers] == [JsonFormatter]
+        configure_logging(json_lines=False)
+        assert not isinstance(root.handlers[0].formatter, JsonFormatter)
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+
+
+def test_settings_from_env_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRANSDUCE_MAX_CHARS", "123")
+    monkeypatch.setenv("TRANSDUCE_API_KEYS", " a, b ,,")
+    settings = Settings()
+    assert (settings.max_chars, settings.keys, settings.port, settings.request_timeout_s) == (
+        123, frozenset({"a", "b"}), 5000, 30.0)
+    for bad in ({"max_batch_size": 0}, {"max_wait_ms": -1}, {"request_timeout_s": 0}, {"port": 70000},
+                {"device": "tpu"}, {"max_alternatives": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Settings(**bad)
+
+
+def test_cli_flags_override_env_and_a_missing_model_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    from service import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    monkeypatch.setenv("TRANSDUCE_PORT", "1234")
+    monkeypatch.setenv("TRANSDUCE_MAX_WAIT_MS", "7")
+    settings = cli.settings_from_args(parser.parse_args(["--port", "999", "--device", "cpu"]))
+    assert (settings.port, settings.max_wait_ms, settings.device) == (999, 7.0, "cpu")
+    assert cli.run(parser.parse_args(["--max-batch-size", "0"])) == 2
+    assert "invalid setting max_batch_size" in capsys.readouterr().err
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        status = cli.run(parser.parse_args(["--model", str(tmp_path / "missing"), "--no-log-json"]))
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    err = capsys.readouterr().err
+    assert status == 1 and err.startswith("transduce serve: cannot load the model") and err.count("\n") == 1
