@@ -177,7 +177,13 @@ class GreedySearch:
 
 
 class BeamSearch:
-    """Beam search with the GNMT length penalty; a sentence ends once ``beam_size`` hypotheses finished."""
+    """Beam search with the GNMT length penalty.
+
+    A sentence ends once ``beam_size`` hypotheses finished (fairseq's rule), or earlier, as soon as its
+    ``num_hypotheses`` best finished scores can no longer be beaten: log-probs are <= 0, so an open hypothesis
+    with summed score s ends with a normalised score <= s / length_penalty(max_length). Stopping there returns
+    exactly what running on would (CTranslate2 stops once the top beam ends, the same rule for alpha = 0).
+    """
 
     def __init__(
         self,
@@ -203,6 +209,7 @@ class BeamSearch:
         self._scores = np.zeros(batch_size, dtype=np.float64)  # (R,) summed log-probs; -inf for a padding row
         self._finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
         self._n_finished = np.zeros(batch_size, dtype=np.int64)  # (B,)
+        self._nth_best = np.full(batch_size, -np.inf)  # (B,) num_hypotheses-th best finished score (-inf: too few)
         self._step = 0
 
     @property
@@ -260,7 +267,13 @@ class BeamSearch:
                 ]
             self._finished[sent].extend(hyps)
             self._n_finished[sent] += len(hyps)
-        survive = np.flatnonzero(~(at_max | (self._n_finished[self._alive] >= beam) | ~live.any(axis=1)))  # (N',)
+            if len(self._finished[sent]) >= self.n_best:
+                self._nth_best[sent] = sorted((h.score for h in self._finished[sent]), reverse=True)[self.n_best - 1]
+        # the best normalised score any open hypothesis can still reach (see the class docstring)
+        reachable = new_total.max(axis=1) / length_penalty(self.max_lengths[self._alive], self.alpha)  # (N,)
+        settled = self._nth_best[self._alive] >= reachable  # (N,) nothing left to gain
+        ended = at_max | (self._n_finished[self._alive] >= beam) | ~live.any(axis=1) | settled
+        survive = np.flatnonzero(~ended)  # (N',)
         parents = new_row[survive].reshape(-1).astype(np.int64)  # (N'*beam,)
         tokens_next = new_tok[survive].reshape(-1).astype(np.int64)  # (N'*beam,)
         changed = k != beam or len(survive) != N

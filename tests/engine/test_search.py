@@ -346,3 +346,67 @@ def test_protocol_and_more_bad_arguments() -> None:
             GreedySearch(**args)
         with pytest.raises(ValueError, match=message):
             BeamSearch(beam_size=2, **args)
+
+
+def reference_beam(
+    model: Callable[[list[int]], np.ndarray], beam: int, max_len: int, n_best: int, alpha: float
+) -> tuple[list[Hypothesis], int]:
+    """A plain one-sentence beam search with fairseq's stopping rule only (beam_size finished); (n-best, steps)."""
+    beams: list[tuple[float, list[int]]] = [(0.0, [])]
+    finished: list[Hypothesis] = []
+    step = 0
+    while True:
+        step += 1
+        cands = []
+        for b, (score, prefix) in enumerate(beams):
+            row = model(prefix).astype(np.float64)
+            cands += [(score + float(row[t]), b * V + t, prefix, t) for t in range(V)]
+        cands.sort(key=lambda c: (-c[0], c[1]))
+        lp_now = ((5.0 + step) / 6.0) ** alpha
+        finished += [Hypothesis(p, s / lp_now) for s, _, p, t in cands[:beam] if t == EOS]
+        beams = [(s, [*p, t]) for s, _, p, t in cands[: 2 * beam] if t != EOS][:beam]
+        if step >= max_len:
+            finished += [Hypothesis(p, s / lp_now) for s, p in beams]
+        if step >= max_len or len(finished) >= beam:
+            return sorted(finished, key=lambda h: -h.score)[:n_best], step
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize("n_best", [1, 2])
+def test_beam_stops_early_only_when_nothing_can_change(alpha: float, n_best: int) -> None:
+    """Early stopping returns exactly what running on to beam_size finished hypotheses returns, in fewer steps."""
+
+    def model_for(sentence: int) -> Callable[[list[int]], np.ndarray]:
+        def model(prefix: list[int]) -> np.ndarray:
+            rng = np.random.default_rng([sentence, len(prefix), *prefix])
+            p = rng.random(V) ** 3 + 0.01
+            p[EOS] *= 1 + len(prefix)  # endings get likelier as hypotheses grow
+            return np.log(p / p.sum()).astype(np.float32)
+
+        return model
+
+    sentences, beam, max_len = range(40), 4, 12
+    search = BeamSearch(
+        len(sentences),
+        beam_size=beam,
+        eos_id=EOS,
+        max_lengths=[max_len] * len(sentences),
+        num_hypotheses=n_best,
+        length_penalty=alpha,
+    )
+    steps = np.zeros(len(sentences), dtype=np.int64)
+    prefixes: list[list[int]] = [[] for _ in sentences]
+    while not search.is_done():
+        rows = search.row_sentence
+        steps[np.unique(rows)] += 1
+        out = search.advance(np.stack([model_for(int(s))(p) for s, p in zip(rows, prefixes, strict=True)]))
+        prefixes = [prefixes[r] + [int(t)] for r, t in zip(out.parent_rows, out.tokens, strict=True)]
+    got = search.finalize()
+    saved = 0
+    for s in sentences:
+        expected, ref_steps = reference_beam(model_for(s), beam, max_len, n_best, alpha)
+        assert [h.tokens for h in got[s]] == [h.tokens for h in expected]
+        np.testing.assert_allclose([h.score for h in got[s]], [h.score for h in expected], rtol=1e-6)
+        assert steps[s] <= ref_steps
+        saved += ref_steps - int(steps[s])
+    assert saved > 0  # the bound lets some sentences stop before beam_size hypotheses finished
