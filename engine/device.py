@@ -74,9 +74,10 @@ class DeviceOps:
         self.gather.run_with_iobinding(binding)
         return dict(zip(tensors.keys(), binding.get_outputs(), strict=True))
 
-    def reorder(self, state: DecoderState, rows: np.ndarray, batch_changed: bool) -> None:
-        """Gather caches on the device; the small int64 source mask is gathered on the host."""
-        state.past = self._gather(state.past, rows)
-        if batch_changed:
-            state.cross = self._gather(state.cross, rows)
-            state.encoder_mask = state.encoder_mask[rows]
+    def reorder(self, state: DecoderState, rows: np.ndarray | None, sentences: np.ndarray | None) -> None:
+        """Gather caches on the device (None: keep); the small int64 source mask is gathered on the host."""
+        if rows is not None:
+            state.past = self._gather(state.past, rows)
+        if sentences is not None:
+            state.cross = self._gather(state.cross, sentences)
+            state.encoder_mask = state.encoder_mask[sentences]

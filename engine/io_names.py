@@ -8,14 +8,16 @@ ENC_ATTENTION_MASK = "attention_mask"  # (batch, src_len) int64, 1 = token, 0 = 
 ENC_HIDDEN = "last_hidden_state"  # (batch, src_len, d_model) float
 
 # decoder.onnx (one incremental step)
-DEC_INPUT_IDS = "input_ids"  # (batch, new_len) int64: the last target token(s)
-DEC_ENCODER_MASK = "encoder_attention_mask"  # (batch, src_len) int64
+DEC_INPUT_IDS = "input_ids"  # (batch, 1) int64: the last target token of every row (hypothesis)
+DEC_ENCODER_MASK = "encoder_attention_mask"  # (sentences, src_len) int64
+# The decoder's cross K/V inputs and encoder mask hold one row per *sentence*; its other inputs one row per
+# hypothesis: batch = sentences * k, and the k consecutive rows of a sentence (its beams) share its cross K/V.
 DEC_LOG_PROBS = "log_probs"  # (batch, vocab) float: log-softmax of the LAST new position
 
 BATCH_AXIS = "batch_size"
+SENTENCE_AXIS = "encoder_batch_size"  # the decoder's per-sentence inputs (cross K/V, encoder mask)
 SRC_AXIS = "encoder_sequence_length"
 PAST_AXIS = "past_decoder_sequence_length"
-NEW_AXIS = "decoder_sequence_length"
 TOTAL_AXIS = "total_decoder_sequence_length"
 
 

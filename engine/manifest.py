@@ -11,7 +11,7 @@ from typing import Any
 from engine.errors import ModelLoadError
 
 FORMAT = "transduce-onnx"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the decoder's cross K/V and encoder mask are per sentence
 MANIFEST_FILE = "manifest.json"
 
 

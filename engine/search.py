@@ -25,7 +25,8 @@ class StepOutput:
 
     tokens: np.ndarray  # (R',) int64: next input token of each surviving row
     parent_rows: np.ndarray  # (R',) int64: row of the previous step each surviving row continues (cache gather)
-    batch_changed: bool  # the sentences behind the rows changed: per-sentence tensors need the gather too
+    batch_changed: bool  # the rows per sentence or the sentences changed
+    parent_sentences: np.ndarray  # (N',) int64: previous position of each surviving sentence (per-sentence gather)
 
 
 @runtime_checkable
@@ -169,7 +170,7 @@ class GreedySearch:
         self._rows = self._rows[parents]
         self._seqs = np.concatenate([self._seqs[parents], tokens_next[:, None]], axis=1)
         self._scores = self._scores[parents]
-        return StepOutput(tokens_next, parents, bool(ended.any()))
+        return StepOutput(tokens_next, parents, bool(ended.any()), parents)
 
     def finalize(self) -> list[list[Hypothesis]]:
         """One hypothesis per sentence, in input order (empty for a sentence still running)."""
@@ -281,7 +282,7 @@ class BeamSearch:
         self._scores = new_total[survive].reshape(-1)
         self._alive = self._alive[survive]
         self._per_sentence = beam
-        return StepOutput(tokens_next, parents, changed)
+        return StepOutput(tokens_next, parents, changed, survive.astype(np.int64))
 
     def finalize(self) -> list[list[Hypothesis]]:
         """The ``num_hypotheses`` best finished hypotheses of every sentence, best first (stable on ties)."""

@@ -24,10 +24,10 @@ CPU = "CPUExecutionProvider"
 
 @dataclass
 class DecoderState:
-    """Everything the next decoder step reads, one row per active hypothesis."""
+    """Everything the next decoder step reads: per sentence (N rows) and per active hypothesis (R = N * k rows)."""
 
-    encoder_mask: Any  # (R, S) int64
-    cross: dict[str, Any]  # cross-attention K/V by input name, each (R, h, S, d_k)
+    encoder_mask: Any  # (N, S) int64
+    cross: dict[str, Any]  # cross-attention K/V by input name, each (N, h, S, d_k)
     past: dict[str, Any] = field(default_factory=dict)  # self-attention K/V by input name, each (R, h, P, d_k)
 
 
@@ -130,14 +130,15 @@ class OnnxSeq2Seq:
         state.past = dict(zip(self.past_names, present, strict=True))
         return np.asarray(log_probs)
 
-    def reorder(self, state: DecoderState, rows: np.ndarray, batch_changed: bool) -> None:
-        """Gather every layer's cache by ``rows``; per-sentence tensors too when the set of sentences changed."""
+    def reorder(self, state: DecoderState, rows: np.ndarray | None, sentences: np.ndarray | None) -> None:
+        """Gather every layer's self cache by ``rows`` and the per-sentence tensors by ``sentences`` (None: keep)."""
         if self.device_ops is not None:
-            self.device_ops.reorder(state, rows, batch_changed)
+            self.device_ops.reorder(state, rows, sentences)
             return
         from engine.cache import reorder
 
-        state.past = reorder(state.past, rows)
-        if batch_changed:
-            state.cross = reorder(state.cross, rows)
-            state.encoder_mask = state.encoder_mask[rows]
+        if rows is not None:
+            state.past = reorder(state.past, rows)
+        if sentences is not None:
+            state.cross = reorder(state.cross, sentences)
+            state.encoder_mask = state.encoder_mask[sentences]

@@ -43,6 +43,13 @@ class EngineStats:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
+def _unless_identity(index: np.ndarray, n: int) -> np.ndarray | None:
+    """``index`` (a gather along axis 0 of n rows), or None when it keeps every row in place."""
+    if len(index) == n and np.array_equal(index, np.arange(n)):
+        return None
+    return index
+
+
 class Translator:
     """Loads an ONNX model directory (CUDA when usable, else CPU) and translates batches of sentences."""
 
@@ -205,9 +212,11 @@ class Translator:
             steps += 1
             if search.is_done():
                 break
-            rows = out.parent_rows
-            if out.batch_changed or len(rows) != len(tokens) or not np.array_equal(rows, np.arange(len(rows))):
-                self.model.reorder(state, rows, out.batch_changed)
+            self.model.reorder(
+                state,
+                _unless_identity(out.parent_rows, len(tokens)),
+                _unless_identity(out.parent_sentences, len(state.encoder_mask)),
+            )
             tokens = out.tokens
         hypotheses = search.finalize()
         with self.stats.lock:

@@ -24,7 +24,10 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderStepGraph(nn.Module):
-    """(input_ids, encoder_attention_mask, past K/V..., cross K/V...) -> (last-position log_probs, present K/V...)."""
+    """(input_ids, encoder_attention_mask, past K/V..., cross K/V...) -> (log_probs, present K/V...).
+
+    Rows of input_ids and past K/V are hypotheses; encoder_attention_mask and cross K/V have one row per sentence.
+    """
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
@@ -32,7 +35,7 @@ class DecoderStepGraph(nn.Module):
         self.n_layers = model.config.n_decoder_layers
 
     def forward(self, input_ids: Tensor, encoder_attention_mask: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
-        """One incremental decoding step over the new token(s)."""
+        """One incremental decoding step: one new token per row."""
         L = self.n_layers
         past = [(caches[2 * i], caches[2 * i + 1]) for i in range(L)]
         cross = [(caches[2 * L + 2 * i], caches[2 * L + 2 * i + 1]) for i in range(L)]
@@ -42,17 +45,21 @@ class DecoderStepGraph(nn.Module):
 
 
 def dummy_inputs(
-    model: Transformer, batch: int = 2, src_len: int = 5, past_len: int = 3
+    model: Transformer, batch: int = 2, src_len: int = 5, past_len: int = 3, beams: int = 2
 ) -> dict[str, tuple[Tensor, ...]]:
-    """Example inputs for tracing both graphs (sizes differ on every axis so no dimension gets fused by accident)."""
+    """Example inputs for tracing both graphs (sizes differ on every axis so no dimension gets fused by accident).
+
+    The decoder gets ``batch * beams`` rows over ``batch`` sentences, so the traced graph shares cross K/V per sentence.
+    """
     cfg = model.config
     ids = torch.randint(4, cfg.src_vocab_size, (batch, src_len))
     mask = torch.ones(batch, src_len, dtype=torch.int64)
     mask[0, -1] = 0
-    cache = torch.zeros(batch, cfg.n_heads, past_len, cfg.d_k)
+    cache = torch.zeros(batch * beams, cfg.n_heads, past_len, cfg.d_k)
     cross = torch.zeros(batch, cfg.n_heads, src_len, cfg.d_k)
     L = cfg.n_decoder_layers
-    dec = (torch.full((batch, 1), cfg.decoder_start_id), mask, *([cache] * (2 * L)), *([cross] * (2 * L)))
+    start = torch.full((batch * beams, 1), cfg.decoder_start_id)
+    dec = (start, mask, *([cache] * (2 * L)), *([cross] * (2 * L)))
     return {"encoder": (ids, mask), "decoder": dec}
 
 

@@ -93,13 +93,13 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int) -> dict[str, An
     dec_in = [names.DEC_INPUT_IDS, names.DEC_ENCODER_MASK, *names.past_names(L), *names.cross_names(L)]
     dec_out = [names.DEC_LOG_PROBS, *names.present_names(L)]
     dec_axes: dict[str, dict[int, str]] = {
-        names.DEC_INPUT_IDS: {0: names.BATCH_AXIS, 1: names.NEW_AXIS},
-        names.DEC_ENCODER_MASK: {0: names.BATCH_AXIS, 1: names.SRC_AXIS},
+        names.DEC_INPUT_IDS: {0: names.BATCH_AXIS},  # one new token per row (no causal mask in the graph)
+        names.DEC_ENCODER_MASK: {0: names.SENTENCE_AXIS, 1: names.SRC_AXIS},
         names.DEC_LOG_PROBS: {0: names.BATCH_AXIS},
     }
     dec_axes.update({n: {0: names.BATCH_AXIS, 2: names.PAST_AXIS} for n in names.past_names(L)})
     dec_axes.update({n: {0: names.BATCH_AXIS, 2: names.TOTAL_AXIS} for n in names.present_names(L)})
-    dec_axes.update(dict.fromkeys(names.cross_names(L), kv_axes))
+    dec_axes.update(dict.fromkeys(names.cross_names(L), {0: names.SENTENCE_AXIS, 2: names.SRC_AXIS}))
     _export_graph(
         DecoderStepGraph(model).eval(), example["decoder"], out_dir / "decoder.onnx", dec_in, dec_out, dec_axes, opset
     )

@@ -51,16 +51,28 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
     def forward(self, query: Tensor, kv: KV, mask: Tensor | None) -> Tensor:
-        """Attend ``query`` (B, T, d_model) over ``kv``; ``mask`` is True where attending is allowed."""
-        q = self.split_heads(self.q_proj(query))  # (B, h, T, d_k)
+        """Attend ``query`` (R, T, d_model) over ``kv`` (N, h, S, d_k); ``mask`` is True where attending is allowed.
+
+        R = N * k: when kv has fewer rows than the query, each run of k consecutive query rows (the beams of one
+        sentence) attends over the same sentence's keys/values, which are then stored once, not once per beam.
+        """
+        q = self.split_heads(self.q_proj(query))  # (R, h, T, d_k)
         k, v = kv
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, h, T, S)
+        grouped = k.shape[0] != q.shape[0]
+        if grouped:  # (R, h, T, d_k) -> (N, h, k*T, d_k): one sentence's beams become one longer query
+            T = q.shape[2]
+            q = q.reshape(k.shape[0], -1, self.n_heads, T, self.d_k).transpose(1, 2)
+            q = q.reshape(k.shape[0], self.n_heads, -1, self.d_k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (N, h, k*T, S) or (R, h, T, S)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = F.softmax(scores, dim=-1)
         weights = F.dropout(weights, self.attention_dropout, self.training)
-        out = (weights @ v).transpose(1, 2).reshape(query.shape)  # (B, T, d_model)
-        return self.out_proj(out)
+        out = weights @ v  # (N, h, k*T, d_k) or (R, h, T, d_k)
+        if grouped:  # back to (R, h, T, d_k)
+            out = out.reshape(k.shape[0], self.n_heads, -1, T, self.d_k).transpose(1, 2)
+            out = out.reshape(-1, self.n_heads, T, self.d_k)
+        return self.out_proj(out.transpose(1, 2).reshape(query.shape))  # (R, T, d_model)
 
 
 class PositionwiseFeedForward(nn.Module):

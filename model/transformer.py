@@ -44,7 +44,7 @@ class DecoderLayer(nn.Module):
         self.sublayer = nn.ModuleList([SublayerConnection(config) for _ in range(3)])
 
     def forward(
-        self, x: Tensor, past: KV | None, self_mask: Tensor, cross_kv: KV, cross_mask: Tensor
+        self, x: Tensor, past: KV | None, self_mask: Tensor | None, cross_kv: KV, cross_mask: Tensor
     ) -> tuple[Tensor, KV]:
         """One layer on the new positions ``x`` (B, T, d_model); returns the output and the extended cache."""
         h = sublayer(self, 0).normed_input(x)
@@ -112,14 +112,20 @@ class Transformer(nn.Module):
     def decode_step(
         self, tgt_ids: Tensor, cross_kv: list[KV], src_mask: Tensor, cache: list[KV] | None = None
     ) -> tuple[Tensor, list[KV]]:
-        """Decode new target tokens (B, T) after ``cache`` (per layer (B, h, P, d_k)) -> logits (B, T, V), new cache."""
+        """Decode new target tokens (R, T) after ``cache`` (per layer (R, h, P, d_k)) -> logits (R, T, V), new cache.
+
+        ``cross_kv`` (per layer (N, h, S, d_k)) and ``src_mask`` (N, S) hold N sentences; R = N * k rows, the k
+        consecutive rows of a sentence (its beams) share them (see MultiHeadAttention.forward).
+        """
         past_len = cache[0][0].shape[2] if cache is not None else 0
         T = tgt_ids.shape[1]
-        x = self.embed(self.tgt_embed, tgt_ids, past_len)  # (B, T, d_model)
-        query_pos = torch.arange(T, device=tgt_ids.device)[:, None] + past_len  # (T, 1)
-        key_pos = torch.arange(T + past_len, device=tgt_ids.device)[None, :]  # (1, P+T)
-        self_mask = (key_pos <= query_pos)[None, None]  # (1, 1, T, P+T) causal: no attending to later positions
-        cross_mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        x = self.embed(self.tgt_embed, tgt_ids, past_len)  # (R, T, d_model)
+        self_mask: Tensor | None = None  # one new position may attend to every cached one: no mask needed
+        if T > 1:
+            query_pos = torch.arange(T, device=tgt_ids.device)[:, None] + past_len  # (T, 1)
+            key_pos = torch.arange(T + past_len, device=tgt_ids.device)[None, :]  # (1, P+T)
+            self_mask = (key_pos <= query_pos)[None, None]  # (1, 1, T, P+T) causal: no attending to later positions
+        cross_mask = src_mask[:, None, None, :]  # (N, 1, 1, S)
         new_cache: list[KV] = []
         for i, layer in enumerate(self.decoder_layers):
             x, kv = layer(x, cache[i] if cache is not None else None, self_mask, cross_kv[i], cross_mask)

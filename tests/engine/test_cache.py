@@ -42,7 +42,7 @@ def toy_log_probs(sentence: int, prefix: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 def test_caches_follow_the_rows_of_a_search(beam_size: int) -> None:
-    """A "past" cache gathered every step and per-sentence tensors gathered only on batch_changed stay aligned."""
+    """A "past" cache gathered by parent_rows and per-sentence tensors gathered by parent_sentences stay aligned."""
     B = 5
     search: SearchStrategy
     if beam_size == 1:
@@ -50,17 +50,19 @@ def test_caches_follow_the_rows_of_a_search(beam_size: int) -> None:
     else:
         search = BeamSearch(B, beam_size=beam_size, eos_id=EOS, max_lengths=[2, 9, 4, 7, 1], num_hypotheses=2)
     past = {"prefix": np.zeros((B, 0), dtype=np.int64)}  # (R, step) like a self-attention cache
-    cross = {"sentence": np.arange(B)[:, None] * np.ones((1, 3), dtype=np.int64)}  # (R, S) like cross K/V
+    cross = {"sentence": np.arange(B)[:, None] * np.ones((1, 3), dtype=np.int64)}  # (N, S) like cross K/V
     tokens = np.full(B, -1)  # the start token
     while not search.is_done():
-        np.testing.assert_array_equal(cross["sentence"][:, 0], search.row_sentence)
         rows = search.row_sentence
+        k = len(rows) // len(cross["sentence"])  # the consecutive rows of one sentence share its cross K/V
+        np.testing.assert_array_equal(np.repeat(cross["sentence"][:, 0], k), rows)
         out = search.advance(np.stack([toy_log_probs(int(s), p) for s, p in zip(rows, past["prefix"], strict=True)]))
         past = reorder(past, out.parent_rows)
         past["prefix"] = np.concatenate([past["prefix"], out.tokens[:, None]], axis=1)
         if out.batch_changed:
-            cross = reorder(cross, out.parent_rows)
+            cross = reorder(cross, out.parent_sentences)
         else:
+            np.testing.assert_array_equal(out.parent_sentences, np.arange(len(cross["sentence"])))
             assert np.array_equal(rows[out.parent_rows], rows)  # parents stay within each row's own sentence
         tokens = out.tokens
     assert len(tokens) == 0 and len(past["prefix"]) == 0

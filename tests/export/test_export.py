@@ -36,6 +36,8 @@ def test_graph_io_names_and_dynamic_axes(tiny_model_dir: Path) -> None:
     dims = inputs[names.past_self(1, "value")].type.tensor_type.shape.dim
     assert dims[0].dim_param == names.BATCH_AXIS and dims[2].dim_param == names.PAST_AXIS
     assert [o.name for o in dec.graph.output] == [names.DEC_LOG_PROBS, *names.present_names(2)]
+    cross_dims = inputs[names.cross(0, "key")].type.tensor_type.shape.dim
+    assert cross_dims[0].dim_param == names.SENTENCE_AXIS and cross_dims[2].dim_param == names.SRC_AXIS
     enc = onnx.load(str(tiny_model_dir / "encoder.onnx"))
     assert [o.name for o in enc.graph.output] == [names.ENC_HIDDEN, *names.cross_names(2)]
 
@@ -72,3 +74,36 @@ def test_bad_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         export_model(tmp_path / "missing.pt", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_decoder_graph_shares_cross_kv_between_beams(tiny_checkpoint: Path, tiny_model_dir: Path) -> None:
+    """The ONNX decoder over 3 rows per sentence (per-sentence cross K/V) matches PyTorch with them repeated."""
+    model = load_checkpoint(tiny_checkpoint).model.float().eval()
+    cfg, L, k = model.config, model.config.n_decoder_layers, 3
+    enc = ort.InferenceSession(str(tiny_model_dir / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(tiny_model_dir / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    ids = np.array([[9, 12, 7, cfg.eos_id], [15, cfg.eos_id, cfg.pad_id, cfg.pad_id]], dtype=np.int64)
+    mask = (ids != cfg.pad_id).astype(np.int64)
+    cross = enc.run(names.cross_names(L), {names.ENC_INPUT_IDS: ids, names.ENC_ATTENTION_MASK: mask})
+    past = [np.zeros((2 * k, cfg.n_heads, 0, cfg.d_k), np.float32)] * (2 * L)
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        src_mask = torch.from_numpy(mask).bool()
+        cross_pt = model.cross_kv(model.encode(torch.from_numpy(ids), src_mask))
+        repeated = [(a.repeat_interleave(k, 0), b.repeat_interleave(k, 0)) for a, b in cross_pt]
+        cache = None
+        for _ in range(4):
+            tokens = rng.integers(4, cfg.tgt_vocab_size, (2 * k, 1))
+            feed = {
+                names.DEC_INPUT_IDS: tokens,
+                names.DEC_ENCODER_MASK: mask,
+                **dict(zip(names.past_names(L), past, strict=True)),
+                **dict(zip(names.cross_names(L), cross, strict=True)),
+            }
+            lp_ort, *past = dec.run([names.DEC_LOG_PROBS, *names.present_names(L)], feed)
+            logits, cache = model.decode_step(
+                torch.from_numpy(tokens), repeated, src_mask.repeat_interleave(k, 0), cache
+            )
+            lp_pt = torch.log_softmax(logits[:, -1], dim=-1).numpy()
+            assert lp_ort.shape == (2 * k, cfg.tgt_vocab_size)
+            np.testing.assert_allclose(lp_ort, lp_pt, atol=1e-4)

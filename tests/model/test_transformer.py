@@ -117,3 +117,22 @@ def test_checkpoint_round_trip_fp16(tmp_path) -> None:  # type: ignore[no-untype
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot be read"):
         load_checkpoint(tmp_path / "bad.pt")
+
+
+def test_beams_share_their_sentences_cross_attention() -> None:
+    """Rows R = N * k over N sentences' cross K/V equal the same rows over cross K/V repeated per row."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config()).eval()
+    src, mask, tgt = batch()
+    k = 3
+    with torch.no_grad():
+        cross = model.cross_kv(model.encode(src, mask))  # per layer (N, h, S, d_k)
+        repeated = [(kk.repeat_interleave(k, 0), v.repeat_interleave(k, 0)) for kk, v in cross]
+        rows = tgt.repeat_interleave(k, 0)
+        rows[1::k] = torch.flip(rows[1::k], [1])  # the beams of a sentence differ
+        shared_cache = full_cache = None
+        for t in range(rows.shape[1]):
+            shared, shared_cache = model.decode_step(rows[:, t : t + 1], cross, mask, shared_cache)
+            full, full_cache = model.decode_step(rows[:, t : t + 1], repeated, mask.repeat_interleave(k, 0), full_cache)
+            assert shared.shape == (9, 1, 60)
+            assert torch.allclose(shared, full, atol=1e-5)
