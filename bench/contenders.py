@@ -78,13 +78,10 @@ def run_transduce(job: Job) -> Outcome:
     return _time(job, run)
 
 
-def run_transformers(job: Job) -> Outcome:
-    """Hugging Face transformers MarianMTModel.generate (PyTorch), the reference."""
+def _generate(model: Any, job: Job) -> Callable[[list[list[int]]], list[list[int]]]:
+    """A batch runner over a transformers-style ``generate()``: the same kwargs and post-processing for every caller."""
     import torch
-    from transformers import MarianMTModel
 
-    torch.set_num_threads(job.threads)
-    model = MarianMTModel.from_pretrained(job.path).eval()
     pad = model.config.pad_token_id
     eos = model.config.eos_token_id
     L = job.fixed_length
@@ -103,7 +100,34 @@ def run_transformers(job: Job) -> Outcome:
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         return [[t for t in row.tolist()[1:] if t not in (pad, eos)] for row in out]
 
-    return _time(job, run)
+    return run
+
+
+def run_transformers(job: Job) -> Outcome:
+    """Hugging Face transformers MarianMTModel.generate (PyTorch), the reference."""
+    import torch
+    from transformers import MarianMTModel
+
+    torch.set_num_threads(job.threads)
+    model = MarianMTModel.from_pretrained(job.path).eval()
+    return _time(job, _generate(model, job))
+
+
+def run_optimum(job: Job) -> Outcome:
+    """Hugging Face Optimum ORTModelForSeq2SeqLM.generate: onnxruntime CPU on Optimum's own export of the Marian
+    directory (encoder, decoder, decoder with past), driven by transformers' generate() like the reference.
+    Runs in a bench.optimum_site.site_pool process (Optimum needs an older transformers than this environment)."""
+    import onnxruntime as ort
+    import torch
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    torch.set_num_threads(job.threads)  # generate()'s beam bookkeeping between the onnxruntime calls is PyTorch
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = job.threads
+    options.inter_op_num_threads = 1
+    model = ORTModelForSeq2SeqLM.from_pretrained(job.path, provider="CPUExecutionProvider", session_options=options,
+                                                 use_cache=True, use_merged=False)
+    return _time(job, _generate(model, job))
 
 
 def run_ctranslate2(job: Job) -> Outcome:
@@ -131,7 +155,7 @@ def run_ctranslate2(job: Job) -> Outcome:
 
 RUNNERS = {"transduce-cpu-fp32": run_transduce, "transduce-cpu-int8": run_transduce,
            "transduce-cuda-fp16": run_transduce, "transformers": run_transformers,
-           "ctranslate2-fp32": run_ctranslate2, "ctranslate2-int8": run_ctranslate2}
+           "ctranslate2-fp32": run_ctranslate2, "ctranslate2-int8": run_ctranslate2, "optimum-ort": run_optimum}
 
 
 def run_job(job: Job) -> Outcome:
@@ -147,7 +171,8 @@ def available(engine: str) -> str | None:
     """Why a contender cannot run here (None = it can)."""
     import importlib.util
 
-    needs = {"transformers": "transformers", "ctranslate2-fp32": "ctranslate2", "ctranslate2-int8": "ctranslate2"}
+    needs = {"transformers": "transformers", "ctranslate2-fp32": "ctranslate2", "ctranslate2-int8": "ctranslate2",
+             "optimum-ort": "transformers"}  # optimum-ort: the bench extra; its own packages come from optimum_site
     if engine in needs and importlib.util.find_spec(needs[engine]) is None:
         return f"{needs[engine]} is not installed (pip install -e '.[bench]')"
     if engine == "transduce-cuda-fp16":

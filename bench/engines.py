@@ -1,4 +1,4 @@
-"""``transduce bench engines``: this engine vs transformers and CTranslate2 on the same weights and inputs."""
+"""``transduce bench engines``: this engine vs transformers, CTranslate2 and Optimum on the same weights and inputs."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from typing import Any
 import numpy as np
 
 from bench.contenders import Job, Outcome, available, run_job
+from bench.optimum_site import ensure_site, export_optimum, site_pool
+
+OPTIMUM_SITE = "optimum-site"  # under the work directory: optimum-onnx and the transformers it needs
 
 ENGINES = ("transduce-cpu-fp32", "transduce-cpu-int8", "transduce-cuda-fp16", "transformers", "ctranslate2-fp32",
-           "ctranslate2-int8")
+           "ctranslate2-int8", "optimum-ort")
 CONFIGS = ((1, 32), (4, 32), (1, 1))  # (beam_size, batch_size)
 
 
@@ -33,19 +36,20 @@ def source_sentences(n: int, work: Path) -> list[str]:
     return list(seen)[:n]
 
 
-def prepare(checkpoint: Path, work: Path) -> dict[str, str]:
-    """Every engine's copy of the same weights: ONNX fp32/int8, a Marian directory, CTranslate2 fp32/int8."""
+def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) -> dict[str, str]:
+    """Every engine's copy of the same weights: ONNX fp32/int8, a Marian directory, CTranslate2 fp32/int8, and
+    Optimum's ONNX export of that Marian directory (only when optimum-ort is asked for; made with its own packages)."""
+    import shutil
+
     from export.onnx_export import export_model, is_stale
     from export.quantize import quantize_model_dir
     from interop.marian import export_marian
 
     paths = {"onnx": work / "onnx", "int8": work / "onnx-int8", "hf": work / "hf", "ct2": work / "ct2",
-             "ct2int8": work / "ct2-int8"}
+             "ct2int8": work / "ct2-int8", "optimum": work / "optimum"}
     if is_stale(checkpoint, paths["onnx"]):
         for p in paths.values():
             if p.exists():
-                import shutil
-
                 shutil.rmtree(p)
         export_model(checkpoint, paths["onnx"])
     if not paths["int8"].exists():
@@ -60,9 +64,16 @@ def prepare(checkpoint: Path, work: Path) -> dict[str, str]:
                 conv.TransformersConverter(str(paths["hf"])).convert(str(paths[key]), quantization=quant)
     except ImportError:
         pass
+    if "optimum-ort" in engines and not paths["optimum"].exists() and available("optimum-ort") is None:
+        try:
+            with site_pool(ensure_site(work / OPTIMUM_SITE)) as pool:
+                pool.apply(export_optimum, (paths["hf"], paths["optimum"]))
+        except Exception as exc:  # noqa: BLE001 - the contender's rows then carry the error
+            print(f"bench: optimum-ort unavailable: {exc}", file=sys.stderr)
     return {"transduce-cpu-fp32": str(paths["onnx"]), "transduce-cpu-int8": str(paths["int8"]),
             "transduce-cuda-fp16": str(paths["onnx"]), "transformers": str(paths["hf"]),
-            "ctranslate2-fp32": str(paths["ct2"]), "ctranslate2-int8": str(paths["ct2int8"])}
+            "ctranslate2-fp32": str(paths["ct2"]), "ctranslate2-int8": str(paths["ct2int8"]),
+            "optimum-ort": str(paths["optimum"])}
 
 
 def summarize(engine: str, beam: int, batch: int, out: Outcome, ref: list[list[int]] | None,
@@ -93,7 +104,7 @@ def run(checkpoint: Path, *, n: int = 500, n_batch1: int = 100, threads: int = 2
     from model.checkpoint import load_checkpoint
 
     work.mkdir(parents=True, exist_ok=True)
-    paths = prepare(checkpoint, work)
+    paths = prepare(checkpoint, work, engines)
     ckpt = load_checkpoint(checkpoint)
     tokenizer = ckpt.tokenizer()
     langs = ckpt.config.languages
@@ -113,7 +124,11 @@ def run(checkpoint: Path, *, n: int = 500, n_batch1: int = 100, threads: int = 2
                 continue
             job = Job(engine, paths[engine], subset, beam, batch, threads, fixed_length, pieces)
             print(f"bench: {engine} beam {beam} batch {batch} on {len(subset)} sentences ...", file=sys.stderr)
-            with ctx.Pool(1) as pool:
+            if engine == "optimum-ort" and not Path(job.path).exists():
+                rows.append({"engine": engine, "beam": beam, "batch": batch, "error": "Optimum export failed"})
+                continue
+            pool = site_pool(work / OPTIMUM_SITE) if engine == "optimum-ort" else ctx.Pool(1)
+            with pool:
                 outcome = pool.apply(run_job, (job,))
             if engine == "transformers" and not outcome.error:
                 ref = outcome.hyps
