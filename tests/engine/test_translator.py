@@ -184,3 +184,12 @@ def test_session_rejects_bad_device(tiny_model_dir: Path) -> None:
 
     with pytest.raises(ValueError, match="device must be"):
         OnnxSeq2Seq(load_manifest(tiny_model_dir), device="tpu")
+
+
+def test_only_the_decoder_pool_spins(tiny_model_dir: Path) -> None:
+    """The encoder runs once per batch: its idle threads must sleep, not spin against the decoder's steps."""
+    model = Translator(tiny_model_dir, device="cpu", intra_threads=2).model
+    key = "session.intra_op.allow_spinning"
+    assert model.encoder.get_session_options().get_session_config_entry(key) == "0"
+    assert model.decoder.get_session_options().get_session_config_entry(key) == "1"
+    assert model.decoder.get_session_options().intra_op_num_threads == 2
