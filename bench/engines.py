@@ -99,8 +99,11 @@ def summarize(engine: str, beam: int, batch: int, out: Outcome, ref: list[list[i
 
 
 def run(checkpoint: Path, *, n: int = 500, n_batch1: int = 100, threads: int = 2, work: Path,
-        out_dir: Path, engines: tuple[str, ...] = ENGINES, fixed_length: int | None = None) -> dict[str, Any]:
-    """Benchmark every available engine on every config; write results.json and results.md."""
+        out_dir: Path, engines: tuple[str, ...] = ENGINES, fixed_length: int | None = None,
+        sentences: list[str] | None = None) -> dict[str, Any]:
+    """Benchmark every available engine on every config; write engines.json and engines.md.
+
+    ``sentences``: the source sentences (default: the first ``n`` English verses of the Bible dev chapters)."""
     from model.checkpoint import load_checkpoint
 
     work.mkdir(parents=True, exist_ok=True)
@@ -109,7 +112,7 @@ def run(checkpoint: Path, *, n: int = 500, n_batch1: int = 100, threads: int = 2
     tokenizer = ckpt.tokenizer()
     langs = ckpt.config.languages
     target = "de" if "de" in langs else None
-    sentences = source_sentences(n, work)
+    sentences = source_sentences(n, work) if sentences is None else sentences[:n]
     sources = [tokenizer.encode_source(s, target) for s in sentences]
     pieces = [tokenizer.sp.IdToPiece(i) for i in range(tokenizer.vocab_size)]
     rows: list[dict[str, Any]] = []

@@ -36,6 +36,20 @@ def _counters(url: str) -> dict[str, float]:
     return out
 
 
+def _cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the server process and of its main thread (the event loop), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def read(path: str) -> float:
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state is fields[0]
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    try:
+        return {"server": read(f"/proc/{pid}/stat"), "event_loop": read(f"/proc/{pid}/task/{pid}/stat")}
+    except OSError:  # not Linux: the columns stay empty
+        return {}
+
+
 async def _drive(url: str, sentences: list[str], concurrency: int, requests: int, beam: int) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
@@ -94,18 +108,24 @@ def offline_throughput(model_dir: str, sentences: list[str], beam: int, threads:
 
 
 def run(model_dir: str, *, concurrency: tuple[int, ...] = (1, 4, 16, 64), requests: int = 256, beam: int = 4,
-        threads: int = 2, work: Path, out_dir: Path) -> dict[str, Any]:
-    """Both modes at every concurrency; results.json + a markdown table."""
-    sentences = source_sentences(max(requests, 64), work)[:requests]
+        threads: int = 2, work: Path, out_dir: Path, sentences: list[str] | None = None) -> dict[str, Any]:
+    """Both modes at every concurrency; load.json + load.md. ``sentences``: one per request, cycled (default: English
+    verses of the Bible dev chapters)."""
+    if sentences is None:
+        sentences = source_sentences(max(requests, 64), work)[:requests]
     rows = []
     for batching in (True, False):
         proc, url = serve(model_dir, batching, threads)
         try:
             for c in concurrency:
                 print(f"bench load: batching {'on' if batching else 'off'}, concurrency {c} ...", file=sys.stderr)
-                before = _counters(url)
+                before, cpu_before, client_before = _counters(url), _cpu_seconds(proc.pid), time.process_time()
                 row = asyncio.run(_drive(url, sentences, c, requests, beam))
-                after = _counters(url)
+                client_cpu = time.process_time() - client_before
+                after, cpu_after = _counters(url), _cpu_seconds(proc.pid)
+                # where the 2 cores went: the load generator itself, the service's event loop, the whole service
+                row["cpu_ms_per_request"] = {"client": round(1000 * client_cpu / requests, 2)} | {
+                    k: round(1000 * (cpu_after[k] - cpu_before[k]) / requests, 2) for k in cpu_after}
                 delta = {k: after[k] - before[k] for k in after}
                 row["target_tokens_per_s"] = round(delta["transduce_generated_tokens_total"] / row["seconds"], 1)
                 batches = max(delta["transduce_batch_size_count"], 1.0)
@@ -128,11 +148,12 @@ def run(model_dir: str, *, concurrency: tuple[int, ...] = (1, 4, 16, 64), reques
     lines = [f"Service load on {result['machine']}, beam {beam}, {threads} threads, {requests} requests per level, "
              f"{result['date']}; engine alone: {result['offline_sentences_per_s']} sentences/s.", "",
              "| batching | clients | sent/s | target tok/s | p50 ms | p95 ms | p99 ms | mean batch | errors | "
-             "vs. no batching | vs. offline |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "vs. no batching | vs. offline | CPU ms/request: client, service loop, service |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['sentences_per_s']} | "
                      f"{r['target_tokens_per_s']} | {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} | "
                      f"{r['mean_batch_size']} | {r['errors']} | {r.get('speedup_vs_no_batching', '')} | "
-                     f"{r.get('fraction_of_offline', '')} |")
+                     f"{r.get('fraction_of_offline', '')} | {', '.join(map(str, r['cpu_ms_per_request'].values()))} |")
     (out_dir / "load.md").write_text("\n".join(lines) + "\n")
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,17 @@ def build_tiny_checkpoint(path: Path, *, seed: int = 0, d_model: int = 32, layer
         model.generator.weight[config.eos_id] *= 0.5
     save_checkpoint(path, model, spm, meta={"name": "tiny-random"})
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One PyTorch thread for a module's tiny models: a busy 2-core machine runs them many times slower with two."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("transformers", reason="transformers is a bench extra")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses", "ignore::torch.jit.TracerWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses", "ignore::torch.jit.TracerWarning"),
+    pytest.mark.usefixtures("one_torch_thread"),
+]
 
 from conftest import DE, EN  # noqa: E402
 
@@ -49,17 +51,6 @@ def test_the_side_packages_stay_out_of_this_process(site: Path) -> None:
     assert transformers.__version__ != "4.57.6"  # the environment's own transformers here
     with site_pool(site) as pool:  # and the pinned ones there
         assert pool.apply(site_versions) == {"transformers": "4.57.6", "optimum-onnx": "0.1.0"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models on a busy 2-core machine: one PyTorch thread (training and export are many times slower with 2)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def train_briefly(tiny_checkpoint: Path, out: Path, steps: int = 150) -> Path:

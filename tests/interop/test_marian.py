@@ -6,7 +6,7 @@ import argparse
 import io
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,10 @@ import torch
 import torch.nn.functional as F
 
 pytest.importorskip("transformers", reason="transformers is a test extra for the Marian interop tests")
-pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses"),
+    pytest.mark.usefixtures("one_torch_thread"),
+]
 import sentencepiece as spm  # noqa: E402
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
 
@@ -139,15 +142,6 @@ def build_native(tiny_checkpoint: Path, out: Path) -> Path:
         model.logits_bias.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
     save_checkpoint(out, model.eval(), base.tokenizer_model, meta={"name": "native", "pairs": [["en", "de"]]})
     return out
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models: one intra-op thread avoids oversubscribing a busy 2-core machine (10x slower otherwise)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

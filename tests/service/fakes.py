@@ -124,3 +124,27 @@ async def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> N
 async def wait_entered(fake: FakeTranslator) -> None:
     """Wait (off the loop) until the fake's translate was entered."""
     assert await asyncio.to_thread(fake.entered.wait, 5), "translate was never called"
+
+
+def post_then_hang_up(app: FastAPI, payload: dict[str, Any]) -> tuple[asyncio.Task[None], asyncio.Event]:
+    """POST /translate straight to the ASGI app (httpx cannot hang up mid-request); setting the event disconnects."""
+    import json
+
+    body = json.dumps(payload).encode()
+    messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+    hung_up = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await hung_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/translate", "raw_path": b"/translate", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+             "client": ("127.0.0.1", 1), "server": ("test", 80)}
+    return asyncio.create_task(app(scope, receive, send)), hung_up

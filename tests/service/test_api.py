@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fakes import post_then_hang_up
 
 from engine.options import DecodeOptions
 from engine.translator import Translator
@@ -186,26 +187,7 @@ async def test_client_disconnect_drops_queued_work(make_client: Any, make_gated:
         first = asyncio.create_task(client.post("/translate", json={"q": "Hello world.", "source": "en",
                                                                     "target": "de"}))
         await asyncio.to_thread(gated.entered.wait, 10)
-        body = json.dumps({"q": "The cat sees the dog.", "source": "en", "target": "de"}).encode()
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
-        gone = asyncio.Event()
-
-        async def receive() -> dict[str, Any]:
-            if messages:
-                return messages.pop(0)
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        sent: list[dict[str, Any]] = []
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/translate", "raw_path": b"/translate", "query_string": b"",
-                 "root_path": "", "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
-                 "client": ("127.0.0.1", 1), "server": ("test", 80)}
-        call = asyncio.create_task(app(scope, receive, send))
+        call, gone = post_then_hang_up(app, {"q": "The cat sees the dog.", "source": "en", "target": "de"})
         await asyncio.sleep(0.3)
         pipeline = app.state.transduce.pipeline
         assert pipeline.batcher.queue_depth == 1

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
-from fakes import FakeTranslator, serve, wait_entered, wait_until
+from fakes import FakeTranslator, post_then_hang_up, serve, wait_entered, wait_until
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.config import Settings
@@ -137,24 +137,7 @@ async def test_client_disconnect_drops_queued_sentences() -> None:
         gate = hold(fake)
         first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
         await wait_entered(fake)
-        body = json.dumps({"q": "gone. away", **EN_DE}).encode()
-        messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
-        hung_up, sent = asyncio.Event(), []
-
-        async def receive() -> dict[str, Any]:
-            if messages:
-                return messages.pop(0)
-            await hung_up.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/translate", "raw_path": b"/translate", "query_string": b"",
-                 "root_path": "", "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
-                 "client": ("127.0.0.1", 1), "server": ("test", 80)}
-        call = asyncio.create_task(app(scope, receive, send))
+        call, hung_up = post_then_hang_up(app, {"q": "gone. away", **EN_DE})
         batcher = app.state.transduce.pipeline.batcher
         await wait_until(lambda: batcher.queue_depth == 2)
         hung_up.set()
