@@ -125,7 +125,8 @@ def run(model_dir: str, *, concurrency: tuple[int, ...] = (1, 4, 16, 64), reques
                 after, cpu_after = _counters(url), _cpu_seconds(proc.pid)
                 # where the 2 cores went: the load generator itself, the service's event loop, the whole service
                 row["cpu_ms_per_request"] = {"client": round(1000 * client_cpu / requests, 2)} | {
-                    k: round(1000 * (cpu_after[k] - cpu_before[k]) / requests, 2) for k in cpu_after}
+                    k: round(1000 * (cpu_after[k] - cpu_before[k]) / requests, 2) for k in ("event_loop", "server")
+                    if k in cpu_after}
                 delta = {k: after[k] - before[k] for k in after}
                 row["target_tokens_per_s"] = round(delta["transduce_generated_tokens_total"] / row["seconds"], 1)
                 batches = max(delta["transduce_batch_size_count"], 1.0)
