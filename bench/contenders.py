@@ -131,11 +131,13 @@ def run_optimum(job: Job) -> Outcome:
 
 
 def run_ctranslate2(job: Job) -> Outcome:
-    """CTranslate2 (converted from the same Marian export), fp32 or int8."""
+    """CTranslate2 (converted from the same Marian export): fp32 or int8 on the CPU, fp16 on CUDA."""
     import ctranslate2
 
-    translator = ctranslate2.Translator(job.path, device="cpu", intra_threads=job.threads, inter_threads=1,
-                                        compute_type="int8" if job.engine.endswith("int8") else "float32")
+    compute_type = job.engine.rsplit("-", 1)[1].replace("fp", "float")  # int8, float32, float16
+    device = "cuda" if "-cuda-" in job.engine else "cpu"
+    translator = ctranslate2.Translator(job.path, device=device, intra_threads=job.threads, inter_threads=1,
+                                        compute_type=compute_type)
     piece_to_id = {p: i for i, p in enumerate(job.pieces)}
     L = job.fixed_length
 
@@ -155,7 +157,8 @@ def run_ctranslate2(job: Job) -> Outcome:
 
 RUNNERS = {"transduce-cpu-fp32": run_transduce, "transduce-cpu-int8": run_transduce,
            "transduce-cuda-fp16": run_transduce, "transformers": run_transformers,
-           "ctranslate2-fp32": run_ctranslate2, "ctranslate2-int8": run_ctranslate2, "optimum-ort": run_optimum}
+           "ctranslate2-fp32": run_ctranslate2, "ctranslate2-int8": run_ctranslate2,
+           "ctranslate2-cuda-fp16": run_ctranslate2, "optimum-ort": run_optimum}
 
 
 def run_job(job: Job) -> Outcome:
@@ -172,6 +175,7 @@ def available(engine: str) -> str | None:
     import importlib.util
 
     needs = {"transformers": "transformers", "ctranslate2-fp32": "ctranslate2", "ctranslate2-int8": "ctranslate2",
+             "ctranslate2-cuda-fp16": "ctranslate2",
              "optimum-ort": "transformers"}  # optimum-ort: the bench extra; its own packages come from optimum_site
     if engine in needs and importlib.util.find_spec(needs[engine]) is None:
         return f"{needs[engine]} is not installed (pip install -e '.[bench]')"
@@ -179,5 +183,10 @@ def available(engine: str) -> str | None:
         import onnxruntime as ort
 
         if "CUDAExecutionProvider" not in ort.get_available_providers() or not Path("/dev/nvidia0").exists():
+            return "no CUDA device"
+    if engine == "ctranslate2-cuda-fp16":
+        import ctranslate2
+
+        if ctranslate2.get_cuda_device_count() == 0:
             return "no CUDA device"
     return None

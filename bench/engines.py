@@ -19,7 +19,7 @@ from bench.optimum_site import ensure_site, export_optimum, site_pool
 OPTIMUM_SITE = "optimum-site"  # under the work directory: optimum-onnx and the transformers it needs
 
 ENGINES = ("transduce-cpu-fp32", "transduce-cpu-int8", "transduce-cuda-fp16", "transformers", "ctranslate2-fp32",
-           "ctranslate2-int8", "optimum-ort")
+           "ctranslate2-int8", "ctranslate2-cuda-fp16", "optimum-ort")
 CONFIGS = ((1, 32), (4, 32), (1, 1))  # (beam_size, batch_size)
 
 
@@ -37,21 +37,24 @@ def source_sentences(n: int, work: Path) -> list[str]:
 
 
 def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) -> dict[str, str]:
-    """Every engine's copy of the same weights: ONNX fp32/int8, a Marian directory, CTranslate2 fp32/int8, and
-    Optimum's ONNX export of that Marian directory (only when optimum-ort is asked for; made with its own packages)."""
+    """Every engine's copy of the same weights: ONNX fp32/int8 (and fp16 with CUDA), a Marian directory, CTranslate2
+    fp32/int8, and Optimum's ONNX export of that Marian directory (only when optimum-ort is asked for; made with its
+    own packages)."""
     import shutil
 
-    from export.onnx_export import export_model, is_stale
+    from export.onnx_export import ExportConfig, export_model, is_stale
     from export.quantize import quantize_model_dir
     from interop.marian import export_marian
 
     paths = {"onnx": work / "onnx", "int8": work / "onnx-int8", "hf": work / "hf", "ct2": work / "ct2",
-             "ct2int8": work / "ct2-int8", "optimum": work / "optimum"}
+             "ct2int8": work / "ct2-int8", "optimum": work / "optimum", "fp16": work / "onnx-fp16"}
     if is_stale(checkpoint, paths["onnx"]):
         for p in paths.values():
             if p.exists():
                 shutil.rmtree(p)
         export_model(checkpoint, paths["onnx"])
+    if "transduce-cuda-fp16" in engines and not paths["fp16"].exists() and available("transduce-cuda-fp16") is None:
+        export_model(checkpoint, paths["fp16"], ExportConfig(dtype="float16"))
     if not paths["int8"].exists():
         quantize_model_dir(paths["onnx"], paths["int8"])
     if not paths["hf"].exists():
@@ -71,8 +74,9 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
         except Exception as exc:  # noqa: BLE001 - the contender's rows then carry the error
             print(f"bench: optimum-ort unavailable: {exc}", file=sys.stderr)
     return {"transduce-cpu-fp32": str(paths["onnx"]), "transduce-cpu-int8": str(paths["int8"]),
-            "transduce-cuda-fp16": str(paths["onnx"]), "transformers": str(paths["hf"]),
+            "transduce-cuda-fp16": str(paths["fp16"]), "transformers": str(paths["hf"]),
             "ctranslate2-fp32": str(paths["ct2"]), "ctranslate2-int8": str(paths["ct2int8"]),
+            "ctranslate2-cuda-fp16": str(paths["ct2"]),
             "optimum-ort": str(paths["optimum"])}
 
 

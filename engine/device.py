@@ -33,7 +33,7 @@ class DeviceOps:
 
     def _empty(self, rows: int) -> Any:
         m = self.s.manifest
-        return ort.OrtValue.ortvalue_from_numpy(np.zeros((rows, m.n_heads, 0, m.d_k), np.float32), self.device, 0)
+        return ort.OrtValue.ortvalue_from_numpy(np.zeros((rows, m.n_heads, 0, m.d_k), m.cache_dtype), self.device, 0)
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> DecoderState:
         """Encoder with its cross K/V outputs left on the device."""

@@ -13,6 +13,7 @@ from engine.errors import ModelLoadError
 FORMAT = "transduce-onnx"
 FORMAT_VERSION = 2  # 2: the decoder's cross K/V and encoder mask are per sentence
 MANIFEST_FILE = "manifest.json"
+DTYPES = ("float32", "float16", "int8-dynamic")  # of the weights; log-probs are always float32
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class Manifest:
     pairs: tuple[tuple[str, str], ...]
     target_tag: str
     raw: dict[str, Any]
+    dtype: str = "float32"  # of the weights: float32, float16 (for GPUs) or int8-dynamic (int8 MatMuls, for CPUs)
+
+    @property
+    def cache_dtype(self) -> str:
+        """dtype of the encoder outputs and decoder caches: float16 for a float16 export, else float32."""
+        return "float16" if self.dtype == "float16" else "float32"
 
     def path(self, key: str) -> Path:
         """Absolute path of a file named in the manifest ("encoder", "decoder", "tokenizer")."""
@@ -83,9 +90,12 @@ def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifes
             pairs=tuple((str(a), str(b)) for a, b in raw["pairs"]),
             target_tag=str(raw["target_tag"]),
             raw=raw,
+            dtype=str(raw.get("dtype", "float32")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(f"{path} lacks a required field or has a wrong type: {exc!r}") from exc
+    if manifest.dtype not in DTYPES:
+        raise ModelLoadError(f"{path} has dtype {manifest.dtype!r}; this engine reads {' or '.join(DTYPES)}")
     if check_files:
         for key in ("encoder", "decoder", "tokenizer"):
             file = manifest.path(key)

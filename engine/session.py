@@ -117,7 +117,7 @@ class OnnxSeq2Seq:
             self.cross_names, {names.ENC_INPUT_IDS: input_ids, names.ENC_ATTENTION_MASK: attention_mask}
         )
         B = input_ids.shape[0]
-        empty = np.zeros((B, self.manifest.n_heads, 0, self.manifest.d_k), dtype=np.float32)
+        empty = np.zeros((B, self.manifest.n_heads, 0, self.manifest.d_k), dtype=self.manifest.cache_dtype)
         return DecoderState(
             attention_mask, dict(zip(self.cross_names, outputs, strict=True)), dict.fromkeys(self.past_names, empty)
         )

@@ -55,25 +55,28 @@ def dummy_inputs(
     ids = torch.randint(4, cfg.src_vocab_size, (batch, src_len))
     mask = torch.ones(batch, src_len, dtype=torch.int64)
     mask[0, -1] = 0
-    cache = torch.zeros(batch * beams, cfg.n_heads, past_len, cfg.d_k)
-    cross = torch.zeros(batch, cfg.n_heads, src_len, cfg.d_k)
+    dtype = next(model.parameters()).dtype  # the caches are in the weights' precision
+    cache = torch.zeros(batch * beams, cfg.n_heads, past_len, cfg.d_k, dtype=dtype)
+    cross = torch.zeros(batch, cfg.n_heads, src_len, cfg.d_k, dtype=dtype)
     L = cfg.n_decoder_layers
     start = torch.full((batch * beams, 1), cfg.decoder_start_id)
     dec = (start, mask, *([cache] * (2 * L)), *([cross] * (2 * L)))
     return {"encoder": (ids, mask), "decoder": dec}
 
 
-def gather_graph(n_tensors: int, opset: int) -> bytes:
+def gather_graph(n_tensors: int, opset: int, dtype: str = "float32") -> bytes:
     """A tiny ONNX graph gathering ``n_tensors`` float tensors along axis 0 by one index (device-side cache reorder)."""
     from onnx import TensorProto, helper
 
+    elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}[dtype]
+
     rows = helper.make_tensor_value_info("rows", TensorProto.INT64, ["new_rows"])
     inputs = [rows] + [
-        helper.make_tensor_value_info(f"t.{i}", TensorProto.FLOAT, ["rows", "h", f"n{i}", "d"])
+        helper.make_tensor_value_info(f"t.{i}", elem, ["rows", "h", f"n{i}", "d"])
         for i in range(n_tensors)
     ]
     outputs = [
-        helper.make_tensor_value_info(f"g.{i}", TensorProto.FLOAT, ["new_rows", "h", f"n{i}", "d"])
+        helper.make_tensor_value_info(f"g.{i}", elem, ["new_rows", "h", f"n{i}", "d"])
         for i in range(n_tensors)
     ]
     nodes = [helper.make_node("Gather", [f"t.{i}", "rows"], [f"g.{i}"], axis=0) for i in range(n_tensors)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -21,6 +22,8 @@ from export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_g
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.transformer import Transformer
 
+EXPORT_DTYPES = ("float32", "float16")
+
 
 @dataclass(frozen=True)
 class ExportConfig:
@@ -28,8 +31,23 @@ class ExportConfig:
 
     opset: int = 17
     verify: bool = True
-    tolerance: float = 1e-4  # max |delta log-prob| allowed between PyTorch and onnxruntime (fp32)
+    tolerance: float | None = None  # max |delta log-prob| vs. PyTorch fp32 (None: 1e-4 for float32, 0.1 for float16)
     model_name: str | None = None  # defaults to the checkpoint's meta "name" or its file stem
+    dtype: str = "float32"  # float16 halves the weights and caches, for GPUs (CPU kernels mostly lack it: slow)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in EXPORT_DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(EXPORT_DTYPES)}, got {self.dtype!r} "
+                             "(int8: quantize a float32 export with export.quantize)")
+        if self.tolerance is not None and not self.tolerance > 0:
+            raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
+
+    @property
+    def max_diff(self) -> float:
+        """The verification tolerance in effect."""
+        if self.tolerance is not None:
+            return self.tolerance
+        return 1e-4 if self.dtype == "float32" else 0.1
 
 
 def sha256_file(path: str | Path) -> str:
@@ -77,8 +95,10 @@ def _export_graph(
         )
 
 
-def export_graphs(model: Transformer, out_dir: Path, opset: int) -> dict[str, Any]:
-    """Write encoder.onnx and decoder.onnx; returns their I/O names for the manifest."""
+def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "float32") -> dict[str, Any]:
+    """Write encoder.onnx and decoder.onnx (weights and caches in ``dtype``); returns their I/O names."""
+    if dtype == "float16":
+        model = copy.deepcopy(model).half()
     L = model.config.n_decoder_layers
     example = dummy_inputs(model)
     kv_axes = {0: names.BATCH_AXIS, 2: names.SRC_AXIS}
@@ -103,7 +123,7 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int) -> dict[str, An
     _export_graph(
         DecoderStepGraph(model).eval(), example["decoder"], out_dir / "decoder.onnx", dec_in, dec_out, dec_axes, opset
     )
-    (out_dir / GATHER_FILE).write_bytes(gather_graph(2 * L, opset))
+    (out_dir / GATHER_FILE).write_bytes(gather_graph(2 * L, opset, dtype))
     return {"encoder_inputs": enc_in, "encoder_outputs": enc_out, "decoder_inputs": dec_in, "decoder_outputs": dec_out}
 
 
@@ -119,7 +139,7 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
         tmp = Path(tmp_name)
-        io = export_graphs(model, tmp, config.opset)
+        io = export_graphs(model, tmp, config.opset, config.dtype)
         (tmp / "tokenizer.model").write_bytes(ckpt.tokenizer_model)
         manifest: dict[str, Any] = {
             "format": FORMAT,
@@ -151,14 +171,17 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
             "decoder": "decoder.onnx",
             "io": io,
             "opset": config.opset,
-            "dtype": "float32",
+            "dtype": config.dtype,
             "source_checkpoint": {"file": checkpoint.name, "sha256": sha256_file(checkpoint)},
             "meta": {k: v for k, v in ckpt.meta.items() if isinstance(v, str | int | float | bool)},
         }
         if config.verify:
             from export.verify import verify_export
 
-            manifest["verification"] = verify_export(model, tokenizer, tmp, tolerance=config.tolerance)
+            # always against the fp32 model; float16 may flip near-ties, so only its log-prob error is enforced
+            manifest["verification"] = verify_export(
+                model, tokenizer, tmp, tolerance=config.max_diff, require_identical=config.dtype == "float32"
+            )
         files = ("encoder.onnx", "decoder.onnx", "gather.onnx", "tokenizer.model")
         manifest["checksums"] = {f: sha256_file(tmp / f) for f in files}
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -16,6 +16,9 @@ def quantize_model_dir(src: str | Path, dst: str | Path) -> dict[str, Any]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src, dst = Path(src), Path(dst)
+    dtype = json.loads((src / MANIFEST_FILE).read_text()).get("dtype", "float32")
+    if dtype != "float32":
+        raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst)

@@ -44,7 +44,8 @@ def _compare(
     L = cfg.n_decoder_layers
     ids, mask = _pad(seqs, cfg.pad_id)
     cross_ort = enc.run(names.cross_names(L), {names.ENC_INPUT_IDS: ids, names.ENC_ATTENTION_MASK: mask})
-    past_ort = [np.zeros((len(seqs), cfg.n_heads, 0, cfg.d_k), np.float32)] * (2 * L)
+    dtype = np.float16 if dec.get_inputs()[2].type == "tensor(float16)" else np.float32  # the graph's cache dtype
+    past_ort = [np.zeros((len(seqs), cfg.n_heads, 0, cfg.d_k), dtype)] * (2 * L)
     with torch.no_grad():
         src, src_mask = torch.from_numpy(ids), torch.from_numpy(mask).bool()
         cross_pt = model.cross_kv(model.encode(src, src_mask))
@@ -76,8 +77,10 @@ def verify_export(
     tolerance: float = 1e-4,
     steps: int = 12,
     seed: int = 0,
+    require_identical: bool = True,
 ) -> dict[str, Any]:
-    """Check the graphs, then parity on random and real sentences at batch 1 and with padding; raises on failure."""
+    """Check the graphs, then parity on random and real sentences at batch 1 and with padding; raises on failure
+    (log-probs further apart than ``tolerance``, or greedy tokens that differ unless ``require_identical`` is off)."""
     for graph in ("encoder.onnx", "decoder.onnx"):
         onnx.checker.check_model(str(model_dir / graph))
     opts = ort.SessionOptions()
@@ -100,6 +103,6 @@ def verify_export(
         report["cases"].append({"case": label, "max_abs_diff_log_probs": diff, "greedy_identical": same})
     report["max_abs_diff"] = max(c["max_abs_diff_log_probs"] for c in report["cases"])
     report["greedy_identical"] = all(c["greedy_identical"] for c in report["cases"])
-    if report["max_abs_diff"] > tolerance or not report["greedy_identical"]:
+    if report["max_abs_diff"] > tolerance or (require_identical and not report["greedy_identical"]):
         raise VerificationError(f"ONNX export does not match PyTorch: {report['cases']}")
     return report

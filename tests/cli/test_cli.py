@@ -90,3 +90,16 @@ def test_export_cli(tiny_checkpoint: Path, tmp_path: Path) -> None:
     assert result.returncode == 0 and '"greedy_identical": true' in result.stdout
     bad = run("export", str(tmp_path / "missing.pt"), str(tmp_path / "m2"))
     assert bad.returncode == 1 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("dtype,stored", [("int8", "int8-dynamic"), ("float16", "float16")])
+def test_export_cli_dtypes(tiny_checkpoint: Path, tmp_path: Path, dtype: str, stored: str) -> None:
+    import json
+
+    result = run("export", str(tiny_checkpoint), str(tmp_path / "m"), "--dtype", dtype)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["dtype"] == stored
+    assert json.loads((tmp_path / "m" / "manifest.json").read_text())["dtype"] == stored
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # int8's intermediate float32 export is gone
+    translated = run("translate", "--model", str(tmp_path / "m"), "-s", "en", "-t", "de", stdin="Hello world.\n")
+    assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr

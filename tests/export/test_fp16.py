@@ -1,0 +1,93 @@
+"""``transduce export --dtype float16``: half-precision weights and caches, float32 log-probs, runs on the CPU too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from engine.errors import ModelLoadError
+from engine.manifest import load_manifest
+from engine.options import DecodeOptions
+from engine.translator import Translator
+from export.onnx_export import ExportConfig, export_model
+
+SENTENCES = ["the house is big .", "a dog sees the water .", "the old man and the sea ."]
+
+
+@pytest.fixture(scope="module")
+def fp16_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fp16") / "model"
+    export_model(tiny_checkpoint, out, ExportConfig(dtype="float16"))
+    return out
+
+
+def _elem(value_info: onnx.ValueInfoProto) -> int:
+    return int(value_info.type.tensor_type.elem_type)
+
+
+def test_weights_and_caches_are_half_and_log_probs_stay_float(fp16_dir: Path) -> None:
+    manifest = json.loads((fp16_dir / "manifest.json").read_text())
+    assert manifest["dtype"] == "float16" and load_manifest(fp16_dir).dtype == "float16"
+    assert manifest["verification"]["max_abs_diff"] <= 0.1  # against the float32 PyTorch model
+    decoder = onnx.load(str(fp16_dir / "decoder.onnx"))
+    inputs = {v.name: _elem(v) for v in decoder.graph.input}
+    outputs = {v.name: _elem(v) for v in decoder.graph.output}
+    assert outputs.pop("log_probs") == onnx.TensorProto.FLOAT
+    assert set(outputs.values()) == {onnx.TensorProto.FLOAT16}  # present K/V
+    assert {inputs.pop("input_ids"), inputs.pop("encoder_attention_mask")} == {onnx.TensorProto.INT64}
+    assert set(inputs.values()) == {onnx.TensorProto.FLOAT16}  # past and cross K/V
+    assert {_elem(v) for v in onnx.load(str(fp16_dir / "gather.onnx")).graph.input[1:]} == {onnx.TensorProto.FLOAT16}
+    matrices = [t for t in decoder.graph.initializer if len(t.dims) >= 2]  # weights (not shape constants)
+    assert matrices and {t.data_type for t in matrices} == {onnx.TensorProto.FLOAT16}
+
+
+def test_fp16_translations_track_fp32(fp16_dir: Path, tiny_translator: Translator) -> None:
+    half = Translator(fp16_dir, device="cpu", intra_threads=1)
+    for beam in (1, 3):
+        options = DecodeOptions(beam_size=beam, max_decoding_length=12, return_scores=True)
+        got = half.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+        ref = tiny_translator.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+        assert all(r.tokens[0] for r in got)
+        pairs = [(a, b) for g, r in zip(got, ref, strict=True) for a, b in zip(g.tokens[0], r.tokens[0], strict=False)]
+        agree = np.mean([a == b for a, b in pairs])
+        assert agree >= 0.8, agree  # half precision may flip a near-tie, not the whole output
+        assert np.allclose([g.scores[0] for g in got], [r.scores[0] for r in ref], atol=0.05 * 12)
+
+
+def test_io_binding_path_reads_fp16_caches(fp16_dir: Path) -> None:
+    """The device-resident path (gather.onnx in float16) gives what the numpy path gives."""
+    from engine.device import DeviceOps
+    from engine.session import choose_providers, session_options
+
+    plain = Translator(fp16_dir, device="cpu", intra_threads=1)
+    bound = Translator(fp16_dir, device="cpu", intra_threads=1)
+    bound.model.device_ops = DeviceOps(bound.model, choose_providers("cpu"), session_options(1, 1))
+    options = DecodeOptions(beam_size=3)
+    expected = plain.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+    got = bound.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+    assert [r.tokens for r in got] == [r.tokens for r in expected]
+
+
+def test_bad_dtype_is_named(fp16_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="dtype must be one of float32, float16"):
+        ExportConfig(dtype="bfloat16")
+    bad = tmp_path / "model"
+    bad.mkdir()
+    for f in fp16_dir.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    manifest = json.loads((bad / "manifest.json").read_text())
+    (bad / "manifest.json").write_text(json.dumps(manifest | {"dtype": "int4"}))
+    with pytest.raises(ModelLoadError, match="dtype 'int4'"):
+        load_manifest(bad)
+
+
+def test_int8_quantisation_needs_a_float32_export(fp16_dir: Path, tmp_path: Path) -> None:
+    from export.quantize import quantize_model_dir
+
+    with pytest.raises(ValueError, match="starts from a float32 export"):
+        quantize_model_dir(fp16_dir, tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()
