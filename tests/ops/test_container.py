@@ -38,7 +38,8 @@ def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
     assert len(stages) == 2
     build, runtime = stages
     assert " AS export" in build[0][1] and "torch==2.13.0" in " ".join(a for i, a in build if i == "RUN")
-    assert any(i == "RUN" and "transduce export" in a for i, a in build)
+    assert any(i == "RUN" and "transduce export" in a and "--dtype ${MODEL_DTYPE}" in a for i, a in build)
+    assert ("ARG", "MODEL_DTYPE=float32") in build
     assert "nvidia/cuda" in runtime[0][1] and "runtime" in runtime[0][1]
     runs = " ".join(a for i, a in runtime if i == "RUN")
     assert "torch" not in runs and "build-essential" not in runs and "gcc" not in runs
@@ -71,6 +72,7 @@ def test_compose_reserves_the_gpu_and_has_a_cpu_profile() -> None:
     cpu = compose["services"]["transduce-cpu"]
     assert cpu["profiles"] == ["cpu"] and "deploy" not in cpu and cpu["environment"]["TRANSDUCE_DEVICE"] == "cpu"
     for service in (gpu, cpu):
+        assert service["build"]["args"]["MODEL_DTYPE"] == "${TRANSDUCE_MODEL_DTYPE:-float32}"
         assert service["ports"] == ["${TRANSDUCE_PORT:-5000}:5000"]
         assert "/health/ready" in " ".join(service["healthcheck"]["test"])
         assert service["restart"] == "unless-stopped"
