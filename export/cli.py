@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             manifest = _export_int8(args.checkpoint, Path(args.out_dir), config)
         else:
             manifest = export_model(args.checkpoint, args.out_dir, config)
-    except (ValueError, VerificationError, OSError) as exc:
+    except (ValueError, VerificationError, OSError, RuntimeError) as exc:  # onnxruntime raises RuntimeErrors
         print(f"transduce export: {exc}", file=sys.stderr)
         return 1
     summary = {
@@ -52,10 +52,12 @@ def run(args: argparse.Namespace) -> int:
         "pairs": manifest["pairs"],
         "seconds": round(time.monotonic() - started, 1),
     }
-    verification = manifest.get("verification") or manifest.get("float32_verification")
-    if verification:
-        summary["max_abs_diff_log_probs"] = verification["max_abs_diff"]
-        summary["greedy_identical"] = verification["greedy_identical"]
+    if "verification" in manifest:
+        summary["max_abs_diff_log_probs"] = manifest["verification"]["max_abs_diff"]
+        summary["greedy_identical"] = manifest["verification"]["greedy_identical"]
+    if "float32_verification" in manifest:  # int8: the float32 graphs it was quantised from were verified
+        summary["float32_max_abs_diff_log_probs"] = manifest["float32_verification"]["max_abs_diff"]
+        summary["float32_greedy_identical"] = manifest["float32_verification"]["greedy_identical"]
     print(json.dumps(summary))
     return 0
 
@@ -70,7 +72,5 @@ def _export_int8(checkpoint: str, out_dir: Path, config: Any) -> dict[str, Any]:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.fp32.") as tmp:
         fp32 = export_model(checkpoint, Path(tmp) / "model", config)
-        manifest = quantize_model_dir(Path(tmp) / "model", out_dir)
-    if "verification" in fp32:
-        manifest["float32_verification"] = fp32["verification"]
-    return manifest
+        extra = {"float32_verification": fp32["verification"]} if "verification" in fp32 else {}
+        return quantize_model_dir(Path(tmp) / "model", out_dir, extra=extra)

@@ -11,23 +11,33 @@ from engine.manifest import MANIFEST_FILE
 from export.onnx_export import sha256_file
 
 
-def quantize_model_dir(src: str | Path, dst: str | Path) -> dict[str, Any]:
-    """Copy ``src`` to ``dst`` with encoder/decoder MatMul weights quantised to int8 (activations stay float)."""
+def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Copy ``src`` to ``dst`` with encoder/decoder MatMul weights quantised to int8 (activations stay float).
+
+    Written beside ``dst`` and moved into place at the end: a failure leaves an existing ``dst`` as it was.
+    ``extra`` entries are added to the manifest."""
+    import tempfile
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src, dst = Path(src), Path(dst)
     dtype = json.loads((src / MANIFEST_FILE).read_text()).get("dtype", "float32")
     if dtype != "float32":
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
-    for graph in ("encoder.onnx", "decoder.onnx"):
-        quantize_dynamic(src / graph, dst / graph, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
-    manifest = json.loads((dst / MANIFEST_FILE).read_text())
-    manifest["dtype"] = "int8-dynamic"
-    manifest["model_name"] = manifest["model_name"] + "-int8"
-    manifest["checksums"] = {f: sha256_file(dst / f) for f in manifest.get("checksums", {})}
-    manifest.pop("verification", None)  # int8 is not expected to match fp32 within 1e-4
-    (dst / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dst.parent, prefix=f".{dst.name}.int8.") as tmp:
+        work = Path(tmp) / "model"
+        shutil.copytree(src, work)
+        for graph in ("encoder.onnx", "decoder.onnx"):
+            quantize_dynamic(src / graph, work / graph, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        manifest = json.loads((work / MANIFEST_FILE).read_text())
+        manifest["dtype"] = "int8-dynamic"
+        manifest["model_name"] = manifest["model_name"] + "-int8"
+        manifest["checksums"] = {f: sha256_file(work / f) for f in manifest.get("checksums", {})}
+        manifest.pop("verification", None)  # int8 is not expected to match fp32 within 1e-4
+        manifest.update(extra or {})
+        (work / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+        if dst.exists():
+            shutil.rmtree(dst)
+        work.rename(dst)
     return manifest

@@ -14,7 +14,9 @@ pytestmark = [
     pytest.mark.usefixtures("one_torch_thread"),
 ]
 
+from bench.contenders import RUNNERS, device_of  # noqa: E402
 from bench.engines import CONFIGS, run  # noqa: E402
+from bench.engines import ENGINES as ALL_ENGINES  # noqa: E402
 
 SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!",
              "The small blue dog runs to the green house.", "Water."]
@@ -34,3 +36,9 @@ def test_engines_bench_rows_and_fp32_agreement(tiny_checkpoint: Path, tmp_path: 
             assert row["identical_to_reference_pct"] == 100.0 and row["bleu_vs_reference"] == 100.0
     assert json.loads((tmp_path / "out" / "engines.json").read_text())["fixed_length"] == 7
     assert len((tmp_path / "out" / "engines.md").read_text().splitlines()) == 4 + len(rows)
+
+
+def test_cuda_contenders_run_on_cuda() -> None:
+    assert set(ALL_ENGINES) == set(RUNNERS)
+    for engine in ALL_ENGINES:
+        assert device_of(engine) == ("cuda" if "cuda" in engine else "cpu"), engine

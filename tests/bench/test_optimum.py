@@ -41,7 +41,10 @@ def test_optimum_is_a_contender() -> None:
 @pytest.fixture(scope="module")
 def site() -> Path:
     """optimum-onnx and the transformers it pins, installed aside (downloaded from PyPI on the first run)."""
-    return ensure_site(SITE)
+    try:
+        return ensure_site(SITE)
+    except RuntimeError as exc:  # offline: the bench itself reports the contender's row as an error then
+        pytest.skip(f"cannot install the Optimum stack here: {exc}")
 
 
 def test_the_side_packages_stay_out_of_this_process(site: Path) -> None:

@@ -91,3 +91,20 @@ def test_int8_quantisation_needs_a_float32_export(fp16_dir: Path, tmp_path: Path
     with pytest.raises(ValueError, match="starts from a float32 export"):
         quantize_model_dir(fp16_dir, tmp_path / "int8")
     assert not (tmp_path / "int8").exists()
+
+
+def test_failed_quantisation_leaves_the_old_directory(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from export.quantize import quantize_model_dir
+
+    dst = tmp_path / "int8"
+    quantize_model_dir(tiny_model_dir, dst)
+    before = {f.name: f.read_bytes() for f in dst.iterdir()}
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in tiny_model_dir.iterdir():
+        (broken / f.name).write_bytes(f.read_bytes())
+    (broken / "decoder.onnx").write_bytes(b"not onnx")
+    with pytest.raises(Exception):  # noqa: B017 - whatever onnx raises for a corrupt graph
+        quantize_model_dir(broken, dst)
+    assert {f.name: f.read_bytes() for f in dst.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp directory left behind
