@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import multiprocessing.pool
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from export.files import replacing_dir
 
 # optimum-onnx 0.1.0 and the newest versions its pins allow (resolved with pip against this environment)
 STACK = (
@@ -29,8 +29,7 @@ def ensure_site(site: Path) -> Path:
     marker = site / MARKER
     if marker.is_file() and json.loads(marker.read_text()) == list(STACK):
         return site
-    site.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=site.parent, prefix=f".{site.name}.") as tmp:
+    with replacing_dir(site) as tmp:
         cmd = [
             sys.executable,
             "-m",
@@ -40,18 +39,14 @@ def ensure_site(site: Path) -> Path:
             "--disable-pip-version-check",
             "--no-deps",
             "--target",
-            tmp,
+            str(tmp),
             *STACK,
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise RuntimeError(f"cannot install {' '.join(STACK)} into {site}: {tail[0]}")
-        (Path(tmp) / MARKER).write_text(json.dumps(list(STACK)))
-        if site.exists():
-            shutil.rmtree(site)
-        Path(tmp).rename(site)
-        Path(tmp).mkdir()  # let TemporaryDirectory clean up a (now empty) path
+        (tmp / MARKER).write_text(json.dumps(list(STACK)))
     return site
 
 
@@ -77,10 +72,5 @@ def export_optimum(hf_dir: Path, out: Path) -> None:
     """Optimum's own ONNX export (encoder, decoder, decoder with past) of a Marian directory; run inside site_pool."""
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+    with replacing_dir(out) as tmp:
         ORTModelForSeq2SeqLM.from_pretrained(hf_dir, export=True, use_cache=True, use_merged=False).save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        Path(tmp).rename(out)
-        Path(tmp).mkdir()

@@ -46,7 +46,8 @@ class Manifest:
         return self.model_dir / str(self.raw[key])
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -102,7 +103,7 @@ def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifes
             if not file.is_file():
                 raise ModelLoadError(f"{file} named in {path} is missing")
             expected = raw.get("checksums", {}).get(raw[key])
-            if expected and _sha256(file) != expected:
+            if expected and sha256_file(file) != expected:
                 raise ModelLoadError(
                     f"{file} does not match the checksum in {path}: the file is corrupt or "
                     "truncated; re-export the model"

@@ -7,7 +7,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from export.onnx_export import ExportConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_int8(checkpoint: str, out_dir: Path, config: Any) -> dict[str, Any]:
+def _export_int8(checkpoint: str, out_dir: Path, config: ExportConfig) -> dict[str, Any]:
     """A verified float32 export in a temporary directory, quantised into ``out_dir``."""
     import tempfile
 

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 import json
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +14,8 @@ import torch
 
 from engine import io_names as names
 from engine.device import GATHER_FILE
-from engine.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE
+from engine.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, sha256_file
+from export.files import replacing_dir
 from export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.transformer import Transformer
@@ -48,15 +46,6 @@ class ExportConfig:
         if self.tolerance is not None:
             return self.tolerance
         return 1e-4 if self.dtype == "float32" else 0.1
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def language_pairs(ckpt: Checkpoint) -> list[list[str]]:
@@ -136,9 +125,7 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
     model = ckpt.model.float().eval()
     tokenizer = ckpt.tokenizer()
     cfg = ckpt.config
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
-        tmp = Path(tmp_name)
+    with replacing_dir(out_dir) as tmp:
         io = export_graphs(model, tmp, config.opset, config.dtype)
         (tmp / "tokenizer.model").write_bytes(ckpt.tokenizer_model)
         manifest: dict[str, Any] = {
@@ -185,11 +172,6 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
         files = ("encoder.onnx", "decoder.onnx", "gather.onnx", "tokenizer.model")
         manifest["checksums"] = {f: sha256_file(tmp / f) for f in files}
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.chmod(0o755)
-        tmp.rename(out_dir)
-        tmp.mkdir()  # let TemporaryDirectory clean up a (now empty) path
     return manifest
 
 

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.manifest import MANIFEST_FILE
-from export.onnx_export import sha256_file
+from engine.manifest import MANIFEST_FILE, sha256_file
+from export.files import replacing_dir
 
 
 def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -16,18 +16,14 @@ def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any
 
     Written beside ``dst`` and moved into place at the end: a failure leaves an existing ``dst`` as it was.
     ``extra`` entries are added to the manifest."""
-    import tempfile
-
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src, dst = Path(src), Path(dst)
     dtype = json.loads((src / MANIFEST_FILE).read_text()).get("dtype", "float32")
     if dtype != "float32":
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dst.parent, prefix=f".{dst.name}.int8.") as tmp:
-        work = Path(tmp) / "model"
-        shutil.copytree(src, work)
+    with replacing_dir(dst) as work:
+        shutil.copytree(src, work, dirs_exist_ok=True)
         for graph in ("encoder.onnx", "decoder.onnx"):
             quantize_dynamic(src / graph, work / graph, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
         manifest = json.loads((work / MANIFEST_FILE).read_text())
@@ -37,7 +33,4 @@ def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any
         manifest.pop("verification", None)  # int8 is not expected to match fp32 within 1e-4
         manifest.update(extra or {})
         (work / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-        if dst.exists():
-            shutil.rmtree(dst)
-        work.rename(dst)
     return manifest

@@ -44,7 +44,8 @@ def _compare(
     L = cfg.n_decoder_layers
     ids, mask = _pad(seqs, cfg.pad_id)
     cross_ort = enc.run(names.cross_names(L), {names.ENC_INPUT_IDS: ids, names.ENC_ATTENTION_MASK: mask})
-    dtype = np.float16 if dec.get_inputs()[2].type == "tensor(float16)" else np.float32  # the graph's cache dtype
+    past_types = {i.name: i.type for i in dec.get_inputs()}
+    dtype = np.float16 if past_types[names.past_names(L)[0]] == "tensor(float16)" else np.float32  # the graph's
     past_ort = [np.zeros((len(seqs), cfg.n_heads, 0, cfg.d_k), dtype)] * (2 * L)
     with torch.no_grad():
         src, src_mask = torch.from_numpy(ids), torch.from_numpy(mask).bool()
