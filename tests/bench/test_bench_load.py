@@ -20,7 +20,8 @@ def test_load_bench_drives_the_service_in_both_modes(tiny_model_dir: Path, tmp_p
         assert row["target_tokens_per_s"] > 0  # counted by the service's own /metrics
         assert row["mean_batch_size"] >= 1 and (batching or row["mean_batch_size"] == 1)
         assert set(row["cpu_ms_per_request"]) == {"client", "server", "event_loop"}
-        assert row["cpu_ms_per_request"]["server"] >= row["cpu_ms_per_request"]["event_loop"] > 0
+        cpu = row["cpu_ms_per_request"]  # /proc counts in clock ticks: 12 requests may cost the loop 0 of them
+        assert cpu["server"] > 0 and cpu["server"] >= cpu["event_loop"] >= 0
     on = rows[(True, 4)]
     assert on["speedup_vs_no_batching"] == round(on["sentences_per_s"] / rows[(False, 4)]["sentences_per_s"], 2)
     assert result["offline_sentences_per_s"] > 0 and "fraction_of_offline" in on
