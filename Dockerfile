@@ -4,18 +4,11 @@ FROM python:3.11-slim AS export
 WORKDIR /src
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md ./
-COPY model ./model
-COPY export ./export
-COPY engine ./engine
-COPY service ./service
-COPY training ./training
-COPY bench ./bench
 COPY transduce ./transduce
 RUN pip install --no-cache-dir '.[torch]'
-COPY models ./models
 # float32 (exact), int8 (CPU: ~2x the throughput, outputs differ slightly) or float16 (GPU): see README
 ARG MODEL_DTYPE=float32
-RUN transduce export models/default/checkpoint.pt /opt/transduce/model --dtype ${MODEL_DTYPE}
+RUN transduce export transduce/weights/default/checkpoint.pt /opt/transduce/model --dtype ${MODEL_DTYPE}
 
 # Stage 2: the serving image: CUDA 13 + cuDNN 9 runtime, onnxruntime-gpu (falls back to CPU), no torch, no compilers.
 FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS runtime
@@ -25,13 +18,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 python3
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY model ./model
-COPY engine ./engine
-COPY service ./service
-COPY transduce ./transduce
-COPY export ./export
-COPY training ./training
-COPY bench ./bench
+# only what serving imports: the command line, the engine and the service (no model, export or training code)
+COPY transduce/__init__.py transduce/__main__.py transduce/cli.py transduce/serve_cli.py transduce/translate_cli.py \
+     transduce/shipped.py transduce/paths.py transduce/tokenizer.py ./transduce/
+COPY transduce/engine ./transduce/engine
+COPY transduce/service ./transduce/service
 RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 transduce
 COPY --from=export /opt/transduce/model /models/default
 USER transduce

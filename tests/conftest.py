@@ -2,108 +2,21 @@
 
 from __future__ import annotations
 
-import random
-import sys
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "service"))  # test helpers (livesrv) importable by name
+from tests.tiny import build_tiny_checkpoint
+from transduce.paths import user_cache_dir
 
-EN = [
-    "the",
-    "a",
-    "house",
-    "cat",
-    "dog",
-    "runs",
-    "sees",
-    "big",
-    "small",
-    "red",
-    "blue",
-    "green",
-    "water",
-    "light",
-    "day",
-    "night",
-    "good",
-    "old",
-    "new",
-    "world",
-    "hello",
-]
-DE = [
-    "das",
-    "ein",
-    "Haus",
-    "Katze",
-    "Hund",
-    "rennt",
-    "sieht",
-    "gross",
-    "klein",
-    "rot",
-    "blau",
-    "grün",
-    "Wasser",
-    "Licht",
-    "Tag",
-    "Nacht",
-    "gut",
-    "alt",
-    "neu",
-    "Welt",
-    "hallo",
-]
-SAMPLE_EN = [
-    "Hello world.",
-    "The cat sees the dog.",
-    "A big red house.",
-    "Good night, old world!",
-    "The small blue dog runs to the green house and sees the water.",
-]
+# hypothesis keeps its example database and caches in ./.hypothesis unless told otherwise: not in the work tree
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(user_cache_dir() / "hypothesis"))
 
-
-def synthetic_sentences(n: int, seed: int = 0) -> list[str]:
-    """Random word salad over a fixed English/German vocabulary (enough for a tokenizer)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        words = EN if rng.random() < 0.5 else DE
-        out.append(" ".join(rng.choice(words) for _ in range(rng.randint(2, 12))).capitalize() + ".")
-    return out
-
-
-def build_tiny_checkpoint(path: Path, *, seed: int = 0, d_model: int = 32, layers: int = 2) -> Path:
-    """Random-weight bidirectional en<->de Transformer with a 120-piece joint vocabulary."""
-    import torch
-
-    from model.checkpoint import save_checkpoint
-    from model.config import ModelConfig
-    from model.tokenizer import Tokenizer, train_tokenizer
-    from model.transformer import Transformer
-
-    spm = train_tokenizer(synthetic_sentences(3000) + SAMPLE_EN, vocab_size=120, languages=("de", "en"))
-    tok = Tokenizer(spm, target_tag="<2{lang}>", languages=("de", "en"))
-    torch.manual_seed(seed)
-    config = ModelConfig(
-        src_vocab_size=tok.vocab_size,
-        tgt_vocab_size=tok.vocab_size,
-        d_model=d_model,
-        n_heads=4,
-        d_ff=2 * d_model,
-        n_encoder_layers=layers,
-        n_decoder_layers=layers,
-        max_positions=256,
-        languages=("de", "en"),
-    )
-    model = Transformer(config)
-    with torch.no_grad():  # make eos unlikely so random outputs are not empty and lengths vary
-        model.generator.weight[config.eos_id] *= 0.5
-    save_checkpoint(path, model, spm, meta={"name": "tiny-random"})
-    return path
+if TYPE_CHECKING:
+    from transduce.engine.translator import Translator
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +39,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny checkpoint exported (and verified) as an ONNX model directory."""
-    from export.onnx_export import export_model
+    from transduce.export.onnx_export import export_model
 
     out = tmp_path_factory.mktemp("tiny-onnx") / "model"
     export_model(tiny_checkpoint, out)
@@ -134,18 +47,18 @@ def tiny_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="session")
-def tiny_translator(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+def tiny_translator(tiny_model_dir: Path) -> Translator:
     """A CPU Translator over the tiny model (shared; translate calls are stateless)."""
-    from engine.translator import Translator
+    from transduce.engine.translator import Translator
 
     return Translator(tiny_model_dir, device="cpu", intra_threads=1)
 
 
 @pytest.fixture(scope="session")
-def default_translator():  # type: ignore[no-untyped-def]
+def default_translator() -> Translator:
     """The shipped model (exported to ONNX on first use, as `transduce serve` does), or the tiny one without it."""
-    from engine.translator import Translator
-    from transduce.models import DEFAULT_CHECKPOINT, resolve_model_dir
+    from transduce.engine.translator import Translator
+    from transduce.shipped import DEFAULT_CHECKPOINT, resolve_model_dir
 
     if not DEFAULT_CHECKPOINT.is_file():
         pytest.fail(f"the shipped model {DEFAULT_CHECKPOINT} is missing")

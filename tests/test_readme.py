@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from livesrv import live_server
 
-from engine.translator import Translator
+from tests.service.harness import live_server
+from transduce.engine.translator import Translator
+from transduce.shipped import DEFAULT_CHECKPOINT
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -35,8 +36,13 @@ def test_every_api_curl_example_works(tiny_translator: Translator) -> None:
     assert len(commands) >= 9
     with live_server(tiny_translator) as url:
         for command in commands:
-            result = subprocess.run(command.replace("http://127.0.0.1:5000", url) + " -w '\\n%{http_code}'",
-                                    shell=True, capture_output=True, text=True, timeout=120)
+            result = subprocess.run(
+                command.replace("http://127.0.0.1:5000", url) + " -w '\\n%{http_code}'",
+                shell=True,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             body, _, status = result.stdout.rpartition("\n")
             assert result.returncode == 0 and status == "200", (command, status, body[:300])
             if "/metrics" not in command:
@@ -45,12 +51,13 @@ def test_every_api_curl_example_works(tiny_translator: Translator) -> None:
 
 def test_shell_translation_examples_with_the_shipped_model(tmp_path: Path) -> None:
     """The first `transduce translate` example, exactly, on the shipped default model (exported on first use)."""
-    if not (ROOT / "models" / "default" / "checkpoint.pt").is_file():
-        pytest.fail("the shipped model models/default/checkpoint.pt is missing")
+    if not DEFAULT_CHECKPOINT.is_file():
+        pytest.fail(f"the shipped model {DEFAULT_CHECKPOINT} is missing")
     command = shell_lines("Translate from the shell")[0]
     assert command.startswith("echo ") and "transduce translate" in command
-    result = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                            env={"PATH": f"{BIN}:/usr/bin:/bin"})
+    result = subprocess.run(
+        command, shell=True, capture_output=True, text=True, timeout=600, cwd=ROOT, env={"PATH": f"{BIN}:/usr/bin:/bin"}
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(result.stdout.strip().splitlines()) == 1 and result.stdout.strip()
 

@@ -10,18 +10,48 @@ from collections.abc import Sequence
 
 # command -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("service.cli", "serve a model over HTTP (LibreTranslate-compatible API, web page at /)"),
+    "serve": ("transduce.serve_cli", "serve a model over HTTP (LibreTranslate-compatible API, web page at /)"),
     "translate": ("transduce.translate_cli", "translate files or stdin line by line, with a model dir or a server"),
-    "export": ("export.cli", "export a checkpoint to an ONNX model directory and verify it against PyTorch"),
-    "data": ("training.data.cli", "build a parallel corpus from packaged sources (data build --pair en-de OUT)"),
-    "train": ("training.cli", "train a Transformer on a corpus built by `transduce data build`"),
-    "eval": ("training.evaluate", "translate a TSV test set through the ONNX engine and print BLEU and chrF"),
-    "import-marian": ("interop.import_cli", "convert a Hugging Face MarianMTModel (OPUS-MT) directory to a checkpoint"),
-    "export-marian": ("interop.export_cli", "write a checkpoint as a Hugging Face Marian directory (for CTranslate2)"),
-    "bench": ("bench.cli", "benchmarks: engines side by side, or the service under load"),
+    "export": ("transduce.export.cli", "export a checkpoint to an ONNX model directory and verify it against PyTorch"),
+    "data": (
+        "transduce.training.data.cli",
+        "build a parallel corpus from packaged sources (data build --pair en-de OUT)",
+    ),
+    "train": ("transduce.training.cli", "train a Transformer on a corpus built by `transduce data build`"),
+    "eval": ("transduce.training.evaluate", "translate a TSV test set through the ONNX engine and print BLEU and chrF"),
+    "import-marian": (
+        "transduce.interop.import_cli",
+        "convert a Hugging Face MarianMTModel (OPUS-MT) directory to a checkpoint",
+    ),
+    "export-marian": (
+        "transduce.interop.export_cli",
+        "write a checkpoint as a Hugging Face Marian directory (for CTranslate2)",
+    ),
+    "bench": ("transduce.bench.cli", "benchmarks: engines side by side, or the service under load"),
 }
 
 QUIET = {"translate", "eval"}
+# optional dependencies by top-level module -> the extra that installs them
+OPTIONAL_MODULES = {
+    "torch": "torch",
+    "onnx": "torch",
+    "onnxscript": "torch",
+    "sacrebleu": "torch",
+    "transformers": "bench",
+    "ctranslate2": "bench",
+    "safetensors": "bench",
+}
+
+
+class DefaultsOnce(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help unless its text already names the default or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        no_default = action.default in (None, False, "", argparse.SUPPRESS)
+        if "default" in text or no_default or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -52,28 +82,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, text = COMMANDS[name]
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        print(
-            f"transduce {name}: not available in this installation ({exc}); install the [torch] or [bench] extra",
-            file=sys.stderr,
+        parser = argparse.ArgumentParser(prog=f"transduce {name}", description=text, formatter_class=DefaultsOnce)
+        module.add_arguments(parser)
+        args = parser.parse_args(rest)
+        quiet = name in QUIET  # their stdout/stderr are for translations and one-line errors only
+        logging.basicConfig(
+            level=logging.WARNING if quiet else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
         )
-        return 2
-    parser = argparse.ArgumentParser(
-        prog=f"transduce {name}", description=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    module.add_arguments(parser)
-    args = parser.parse_args(rest)
-    quiet = name in QUIET  # their stdout/stderr are for translations and one-line errors only
-    logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    try:
         return int(module.run(args) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("transduce."):  # e.g. the serving image ships the engine and service only
+            print(f"transduce {name}: not part of this installation ({exc.name} is missing)", file=sys.stderr)
+            return 1
+        hint = install_hint(exc)
+        if hint is None:
+            raise
+        print(f"transduce {name}: needs {exc.name}, which is not installed: {hint}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"transduce {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def install_hint(exc: ModuleNotFoundError) -> str | None:
+    """What to install for a missing optional dependency (None: not one of ours, a real bug)."""
+    from transduce.shipped import TORCH_INSTALL
+
+    extra = OPTIONAL_MODULES.get((exc.name or "").split(".")[0])
+    if extra == "torch":
+        return TORCH_INSTALL
+    if extra == "bench":
+        return "pip install 'transduce[bench]' (PyTorch's CPU build: add --extra-index-url https://download.pytorch.org/whl/cpu)"
+    return None
 
 
 if __name__ == "__main__":

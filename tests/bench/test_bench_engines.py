@@ -14,18 +14,33 @@ pytestmark = [
     pytest.mark.usefixtures("one_torch_thread"),
 ]
 
-from bench.contenders import RUNNERS, device_of  # noqa: E402
-from bench.engines import CONFIGS, run  # noqa: E402
-from bench.engines import ENGINES as ALL_ENGINES  # noqa: E402
+from transduce.bench.contenders import RUNNERS, device_of  # noqa: E402
+from transduce.bench.engines import CONFIGS, run  # noqa: E402
+from transduce.bench.engines import ENGINES as ALL_ENGINES  # noqa: E402
 
-SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!",
-             "The small blue dog runs to the green house.", "Water."]
+SENTENCES = [
+    "Hello world.",
+    "The cat sees the dog.",
+    "A big red house.",
+    "Good night, old world!",
+    "The small blue dog runs to the green house.",
+    "Water.",
+]
 ENGINES = ("transduce-cpu-fp32", "transduce-cpu-int8", "transformers", "ctranslate2-fp32", "ctranslate2-int8")
 
 
 def test_engines_bench_rows_and_fp32_agreement(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    result = run(tiny_checkpoint, n=6, n_batch1=2, threads=1, work=tmp_path / "work", out_dir=tmp_path / "out",
-                 engines=ENGINES, fixed_length=7, sentences=SENTENCES)
+    result = run(
+        tiny_checkpoint,
+        n=6,
+        n_batch1=2,
+        threads=1,
+        work=tmp_path / "work",
+        out_dir=tmp_path / "out",
+        engines=ENGINES,
+        fixed_length=7,
+        sentences=SENTENCES,
+    )
     rows = {(r["engine"], r["beam"], r["batch"]): r for r in result["rows"]}
     assert set(rows) == {(e, beam, batch) for e in ENGINES for beam, batch in CONFIGS}
     for (engine, _, batch), row in rows.items():

@@ -1,30 +1,49 @@
-"""``transduce bench load`` end to end on the tiny model: the real service as a subprocess, both modes."""
+"""``transduce bench load`` end to end on the tiny model: the real service as a subprocess in every mode."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.load import run
+from transduce.bench.load import MODES, run, workload
 
 SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!"]
 
 
-def test_load_bench_drives_the_service_in_both_modes(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run(str(tiny_model_dir), concurrency=(1, 4), requests=12, beam=2, threads=1, work=tmp_path,
-                 out_dir=tmp_path / "out", sentences=SENTENCES)
-    rows = {(r["batching"], r["concurrency"]): r for r in result["rows"]}
-    assert set(rows) == {(True, 1), (True, 4), (False, 1), (False, 4)}
-    for (batching, _), row in rows.items():
-        assert row["errors"] == 0 and row["requests"] == 12 and row["sentences_per_s"] > 0
+def test_mixed_workload_is_80_percent_short_with_mixed_beams() -> None:
+    load = workload(SENTENCES, 20, 4, mixed=True)
+    assert sum(r.short for r in load) == 16 and {r.beam for r in load if r.short} == {1, 4}
+    assert all(r.text.count(".") + r.text.count("!") == 5 for r in load if not r.short)
+    assert all(r.short and r.beam == 4 for r in workload(SENTENCES, 8, 4, mixed=False))
+
+
+def test_load_bench_drives_the_service_in_every_mode(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = run(
+        str(tiny_model_dir),
+        concurrency=(1, 4),
+        requests=10,
+        beam=2,
+        threads=1,
+        work=tmp_path,
+        out_dir=tmp_path / "out",
+        sentences=SENTENCES,
+    )
+    rows = {(r["mode"], r["workload"], r["concurrency"]): r for r in result["rows"]}
+    assert set(rows) == {(m, w, c) for m in MODES for w in ("uniform", "mixed") for c in (1, 4)}
+    for (mode, workload_name, c), row in rows.items():
+        assert row["errors"] == 0 and row["requests"] == 10 and row["requests_per_s"] > 0
         assert row["target_tokens_per_s"] > 0  # counted by the service's own /metrics
-        assert row["mean_batch_size"] >= 1 and (batching or row["mean_batch_size"] == 1)
-        assert set(row["cpu_ms_per_request"]) == {"client", "server", "event_loop"}
-        cpu = row["cpu_ms_per_request"]  # /proc counts in clock ticks: 12 requests may cost the loop 0 of them
-        assert cpu["server"] > 0 and cpu["server"] >= cpu["event_loop"] >= 0
-    on = rows[(True, 4)]
-    assert on["speedup_vs_no_batching"] == round(on["sentences_per_s"] / rows[(False, 4)]["sentences_per_s"], 2)
-    assert result["offline_sentences_per_s"] > 0 and "fraction_of_offline" in on
+        assert row["mean_batch_size"] >= 1 and (mode != "off" or row["mean_batch_size"] == 1)
+        assert row["short_p99_ms"] > 0
+        cpu = row["cpu_ms_per_request"]  # the event loop's share is measured in ns: it is never 0 for 10 requests
+        assert cpu["server"] > 0 and cpu["event_loop"] > 0 and cpu["client"] > 0
+        if mode != "off":
+            off = rows[("off", workload_name, c)]
+            assert row["speedup_vs_off"] == round(row["requests_per_s"] / off["requests_per_s"], 2)
+        if mode == "step":
+            static = rows[("static", workload_name, c)]
+            assert row["short_p99_vs_static"] == round(static["short_p99_ms"] / row["short_p99_ms"], 2)
+    assert result["offline_sentences_per_s"] > 0 and "fraction_of_offline" in rows[("step", "uniform", 4)]
     assert json.loads((tmp_path / "out" / "load.json").read_text())["rows"] == json.loads(json.dumps(result["rows"]))
     table = (tmp_path / "out" / "load.md").read_text().splitlines()
-    assert len([line for line in table if line.startswith("| on") or line.startswith("| off")]) == 4
+    assert len([line for line in table if line.startswith(("| step", "| static", "| off"))]) == 12

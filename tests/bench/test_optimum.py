@@ -13,13 +13,13 @@ pytestmark = [
     pytest.mark.usefixtures("one_torch_thread"),
 ]
 
-from conftest import DE, EN  # noqa: E402
-
-from bench.contenders import RUNNERS, Job, available, run_job  # noqa: E402
-from bench.engines import ENGINES  # noqa: E402
-from bench.optimum_site import MARKER, STACK, ensure_site, export_optimum, site_pool, site_versions  # noqa: E402
-from interop.marian import export_marian  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
+from tests.tiny import DE, EN  # noqa: E402
+from transduce.bench.contenders import RUNNERS, Job, available, run_job  # noqa: E402
+from transduce.bench.engines import ENGINES  # noqa: E402
+from transduce.bench.optimum_site import MARKER, STACK, ensure_site, export_optimum, site_pool, site_versions  # noqa: E402
+from transduce.interop.marian import export_marian  # noqa: E402
+from transduce.model.checkpoint import load_checkpoint  # noqa: E402
+from transduce.paths import user_cache_dir  # noqa: E402
 
 SOURCES = [
     "Hello world.",
@@ -31,7 +31,7 @@ SOURCES = [
 LENGTH = 9  # also force every hypothesis to exactly this many tokens (as for random-weight models)
 
 
-SITE = Path(__file__).resolve().parents[2] / "artifacts" / "optimum-site"  # reused between runs (gitignored)
+SITE = user_cache_dir() / "optimum-site"  # reused between runs, outside the work tree
 
 
 def test_optimum_is_a_contender() -> None:
@@ -64,7 +64,7 @@ def train_briefly(tiny_checkpoint: Path, out: Path, steps: int = 150) -> Path:
     import torch
     import torch.nn.functional as F
 
-    from model.checkpoint import save_checkpoint
+    from transduce.model.checkpoint import save_checkpoint
 
     ckpt = load_checkpoint(tiny_checkpoint)
     model, cfg, tok = ckpt.model, ckpt.config, ckpt.tokenizer()

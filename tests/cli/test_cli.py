@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
-from livesrv import live_server
 
-from engine.options import DecodeOptions
-from engine.translator import Translator
+from tests.service.harness import FakeTranslator, fake_translation, live_server
 from transduce.cli import COMMANDS
+from transduce.engine.options import DecodeOptions
+from transduce.engine.text import segment
+from transduce.engine.translator import Translator
 
 TRANSDUCE = [sys.executable, "-m", "transduce"]
 LINES = ["Hello world.", "", "The cat sees the dog. A big red house.", "Good night, old world!"]
@@ -22,12 +25,13 @@ def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
 
 
 def expected_lines(translator: Translator) -> list[str]:
+    """What `transduce translate --beam-size 2` must print: each line's sentences translated and re-joined."""
     out = []
     for line in LINES:
-        parts = translator.split_sentences(line)
-        results = translator.translate([s for s, _ in parts], source_lang="en", target_lang="de",
-                                       options=DecodeOptions(beam_size=2))
-        out.append("".join(r.hypotheses[0] + ws for r, (_, ws) in zip(results, parts, strict=True)))
+        item = segment(line)
+        options = DecodeOptions(beam_size=2)
+        results = translator.translate(item.sentences, source_lang="en", target_lang="de", options=options)
+        out.append(item.rejoin([r.hypotheses[0] for r in results]))
     return out
 
 
@@ -38,6 +42,9 @@ def test_every_command_has_help_with_defaults(command: str) -> None:
     assert "usage: transduce " + command in result.stdout
     if command in ("serve", "translate", "train", "eval", "export"):
         assert "default" in result.stdout
+    options = result.stdout.split("\noptions:\n", 1)[1]
+    for entry in re.split(r"\n  (?=-)", options):  # one entry per option: each names its default at most once
+        assert len(re.findall(r"\bdefault\b", entry)) <= 1 and "(default: None)" not in entry, entry
 
 
 def test_top_level_help_and_unknown_command() -> None:
@@ -46,36 +53,115 @@ def test_top_level_help_and_unknown_command() -> None:
     assert bad.returncode == 2 and "unknown command" in bad.stderr
 
 
-def test_translate_files_and_stdin_in_order(tiny_model_dir: Path, tiny_translator: Translator,
-                                            tmp_path: Path) -> None:
+def test_translate_files_and_stdin_in_order(tiny_model_dir: Path, tiny_translator: Translator, tmp_path: Path) -> None:
     want = expected_lines(tiny_translator)
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n")
-    result = run("translate", "--model", str(tiny_model_dir), "-s", "en", "-t", "de", "--beam-size", "2",
-                 "--batch-size", "2", str(src), str(src))
+    result = run(
+        "translate",
+        "--model",
+        str(tiny_model_dir),
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--beam-size",
+        "2",
+        "--batch-size",
+        "2",
+        str(src),
+        str(src),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == want + want
     assert "\r" not in result.stderr  # no progress bar when stderr is not a terminal
-    piped = run("translate", "--model", str(tiny_model_dir), "-s", "en", "-t", "de", "--beam-size", "2",
-                stdin="\n".join(LINES) + "\n")
+    piped = run(
+        "translate",
+        "--model",
+        str(tiny_model_dir),
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--beam-size",
+        "2",
+        stdin="\n".join(LINES) + "\n",
+    )
     assert piped.stdout.splitlines() == want
 
 
 def test_translate_through_a_running_server(tiny_translator: Translator) -> None:
     with live_server(tiny_translator) as url:
-        result = run("translate", "--url", url, "-s", "en", "-t", "de", "--beam-size", "2",
-                     stdin="\n".join(LINES) + "\n")
+        result = run(
+            "translate", "--url", url, "-s", "en", "-t", "de", "--beam-size", "2", stdin="\n".join(LINES) + "\n"
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == expected_lines(tiny_translator)
         bad = run("translate", "--url", url, "-s", "en", "-t", "fr", stdin="x\n")
         assert bad.returncode == 1 and "not supported" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def fake_lines(lines: list[str]) -> list[str]:
+    """What `transduce translate --url` prints through a server over the FakeTranslator."""
+    out = []
+    for line in lines:
+        item = segment(line)
+        out.append(item.rejoin([fake_translation(s) for s in item.sentences]))
+    return out
+
+
+def test_translate_url_cuts_requests_to_the_server_limits() -> None:
+    long_line = "  The first sentence is here. A second one follows it! Does a third? Yes, and a fourth.  "
+    lines = [f"line number {i}" for i in range(23)] + ["", "   ", "\tpadded line.  ", long_line, "last line"]
+    fake = FakeTranslator()
+    with live_server(fake, max_items=5, max_chars=60) as url:
+        result = run("translate", "--url", url, "-s", "en", "-t", "de", stdin="\n".join(lines) + "\n")
+        metrics = httpx.get(f"{url}/metrics").text
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:-1] == fake_lines(lines)  # the long line re-joined with its own spacing
+    assert result.stdout.split("\n")[25:27] == [
+        "\tLINE. PADDED  ",
+        "  HERE. IS SENTENCE FIRST THE IT! FOLLOWS ONE SECOND A THIRD? A DOES FOURTH. A AND YES,  ",
+    ]
+    ok = re.search(r'transduce_requests_total\{status="200"\} (\d+)', metrics)
+    assert ok and int(ok.group(1)) >= 7 and 'status="4' not in metrics  # 23 lines at 5 a request, no refusal
+    assert "The first sentence is here." in fake.translated  # sent as its sentences: 89 characters > 60
+
+
+def test_translate_url_names_the_lines_a_refused_request_held(tmp_path: Path) -> None:
+    fake = FakeTranslator()
+    fake.fail_on = {"boom": RuntimeError("engine exploded")}
+    with live_server(fake, max_items=3, max_chars=40, max_sentence_tokens=3) as url:
+        translate = ["translate", "--url", url, "-s", "en", "-t", "de"]
+        result = run(*translate, stdin="one\ntwo\nthree\nfour\nfive six seven eight\nnine\n")
+        assert (result.returncode, result.stdout) == (1, "ONE\nTWO\nTHREE\nFOUR\n")  # everything before it
+        assert result.stderr == (
+            "transduce translate: stdin line 5 failed: server answered 400: a sentence has 5 tokens, over the limit "
+            "of 3 (max_sentence_tokens); split it\n"
+        )
+        (tmp_path / "a.txt").write_text("a\nb\nc\nd\n")
+        (tmp_path / "b.txt").write_text("boom\nf\n")
+        result = run(*translate, str(tmp_path / "a.txt"), str(tmp_path / "b.txt"))
+        assert (result.returncode, result.stdout) == (1, "A\nB\nC\n")
+        assert result.stderr == (
+            f"transduce translate: {tmp_path / 'a.txt'} line 4 to {tmp_path / 'b.txt'} line 2 failed: "
+            "server answered 500: internal error\n"
+        )
+        result = run(*translate, stdin="fine\n" + "x" * 50 + ". Short.\n")
+        assert (result.returncode, result.stdout) == (1, "FINE\n")
+        assert result.stderr == (
+            "transduce translate: stdin line 2: a sentence of 51 characters is over the server's limit of 40 "
+            "characters per request (max_chars); split it\n"
+        )
+
+
 def test_translate_errors_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
-    for args, fragment in ((["--model", str(tmp_path / "nope")], "does not exist"),
-                           (["--model", str(tiny_model_dir), "-t", "fr"], "not supported"),
-                           (["--model", str(tiny_model_dir), str(tmp_path / "missing.txt")], "No such file"),
-                           (["--url", "http://127.0.0.1:9"], "ConnectError")):
+    for args, fragment in (
+        (["--model", str(tmp_path / "nope")], "does not exist"),
+        (["--model", str(tiny_model_dir), "-t", "fr"], "not supported"),
+        (["--model", str(tiny_model_dir), str(tmp_path / "missing.txt")], "No such file"),
+        (["--url", "http://127.0.0.1:9"], "ConnectError"),
+    ):
         argv = ["translate", "-s", "en", "-t", "de", *args]
         if "-t" in args:
             argv = ["translate", "-s", "en", *args]

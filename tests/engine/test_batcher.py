@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine.batcher import (
+from transduce.engine.batcher import (
     BatcherClosedError,
     BatcherConfig,
     BatchStats,
@@ -79,8 +79,9 @@ async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         await asyncio.sleep(0.001)
 
 
-async def hold_worker(batcher: DynamicBatcher[str, str, str], recorder: Recorder, size: int = 1
-                      ) -> asyncio.Task[list[str]]:
+async def hold_worker(
+    batcher: DynamicBatcher[str, str, str], recorder: Recorder, size: int = 1
+) -> asyncio.Task[list[str]]:
     """Submit a "hold" request of ``size`` items and return once process() is blocked inside it."""
     task = asyncio.create_task(batcher.submit("hold", ["hold"] + [f"hold{i}" for i in range(1, size)]))
     assert await asyncio.to_thread(recorder.entered.wait, 5)
@@ -207,8 +208,9 @@ def test_wrong_result_count_fails_the_batch_with_a_clear_error() -> None:
         return items[:1]
 
     async def main() -> tuple[Any, Any]:
-        batcher: DynamicBatcher[str, str, str] = DynamicBatcher(process, BatcherConfig(max_wait_ms=0),
-                                                                on_batch=stats.append)
+        batcher: DynamicBatcher[str, str, str] = DynamicBatcher(
+            process, BatcherConfig(max_wait_ms=0), on_batch=stats.append
+        )
         await batcher.start()
         bad = await settled(batcher.submit("k", ["a", "b"]))
         good = await batcher.submit("k", ["c"])
@@ -413,8 +415,7 @@ def test_max_batch_tokens_and_oversized_item() -> None:
     stats: list[BatchStats] = []
 
     async def main() -> None:
-        batcher = make(recorder, max_batch_size=10, max_batch_tokens=10, max_wait_ms=0, cost=len,
-                       on_batch=stats.append)
+        batcher = make(recorder, max_batch_size=10, max_batch_tokens=10, max_wait_ms=0, cost=len, on_batch=stats.append)
         await batcher.start()
         hold = await hold_worker(batcher, recorder)
         tasks = [asyncio.create_task(batcher.submit("k", ["aaaa", "bbbb", "cccc", "x" * 30, "dd"]))]
@@ -436,8 +437,10 @@ def test_keys_are_never_mixed_and_the_oldest_key_goes_first() -> None:
         batcher = make(recorder, max_batch_size=8, max_wait_ms=0)
         await batcher.start()
         hold = await hold_worker(batcher, recorder)
-        tasks = [asyncio.create_task(batcher.submit(k, [x])) for k, x in
-                 [("de-en", "b1"), ("en-de", "a1"), ("de-en", "b2"), ("en-de", "a2"), ("fr-en", "c1")]]
+        tasks = [
+            asyncio.create_task(batcher.submit(k, [x]))
+            for k, x in [("de-en", "b1"), ("en-de", "a1"), ("de-en", "b2"), ("en-de", "a2"), ("fr-en", "c1")]
+        ]
         await until(lambda: batcher.queue_depth == 5)
         recorder.gate.set()
         await hold

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cache import reorder
-from engine.search import BeamSearch, GreedySearch, SearchStrategy
+from transduce.engine.cache import reorder
+from transduce.engine.search import BeamSearch, GreedySearch, SearchStrategy
 
 EOS, V = 0, 7
 
@@ -59,11 +59,8 @@ def test_caches_follow_the_rows_of_a_search(beam_size: int) -> None:
         out = search.advance(np.stack([toy_log_probs(int(s), p) for s, p in zip(rows, past["prefix"], strict=True)]))
         past = reorder(past, out.parent_rows)
         past["prefix"] = np.concatenate([past["prefix"], out.tokens[:, None]], axis=1)
-        if out.batch_changed:
-            cross = reorder(cross, out.parent_sentences)
-        else:
-            np.testing.assert_array_equal(out.parent_sentences, np.arange(len(cross["sentence"])))
-            assert np.array_equal(rows[out.parent_rows], rows)  # parents stay within each row's own sentence
+        cross = reorder(cross, out.parent_sentences)
+        np.testing.assert_array_equal(rows[out.parent_rows], search.row_sentence)  # a row continues its own sentence
         tokens = out.tokens
     assert len(tokens) == 0 and len(past["prefix"]) == 0
     alpha = 0.0 if beam_size == 1 else 0.6
@@ -75,3 +72,62 @@ def test_caches_follow_the_rows_of_a_search(beam_size: int) -> None:
             steps = [*h.tokens, EOS] if len(h.tokens) < max_len else h.tokens
             raw = sum(float(toy_log_probs(i, np.array(steps[:j]))[t]) for j, t in enumerate(steps))
             assert h.score == pytest.approx(raw / ((5 + len(steps)) / 6) ** alpha, abs=1e-5)
+
+
+def run(search: SearchStrategy, drop_at: dict[int, list[int]] | None = None) -> dict[int, list[list[int]]]:
+    """Drive ``search`` with toy log-probs; at step s drop the sentences ``drop_at[s]``; every result by the step
+    take_finished() reported it (each sentence once)."""
+    rows = [np.zeros(0, np.int64) for _ in search.row_sentence]  # the prefix of every row
+    reported: dict[int, list[list[int]]] = {}
+    step = 0
+    while not search.is_done():
+        sentences = search.row_sentence
+        out = search.advance(np.stack([toy_log_probs(int(s), p) for s, p in zip(sentences, rows, strict=True)]))
+        tokens, parents = out.tokens, out.parent_rows
+        if drop_at and step in drop_at:
+            keep_rows, _ = search.drop(drop_at[step])
+            tokens, parents = tokens[keep_rows], parents[keep_rows]
+        rows = [np.append(rows[p], t) for p, t in zip(parents.tolist(), tokens.tolist(), strict=True)]
+        for sentence, hyps in search.take_finished():
+            assert sentence not in reported
+            reported[sentence] = [h.tokens for h in hyps]
+        assert not set(search.row_sentence.tolist()) & set(reported)  # a reported sentence has no rows left
+        step += 1
+    return reported
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_take_finished_reports_each_sentence_once_with_its_final_result(beam_size: int) -> None:
+    make = {1: lambda: GreedySearch(4, eos_id=EOS, max_lengths=[3, 8, 5, 8])}.get(
+        beam_size, lambda: BeamSearch(4, beam_size=beam_size, eos_id=EOS, max_lengths=[3, 8, 5, 8], num_hypotheses=2)
+    )
+    search = make()
+    reported = run(search)
+    assert sorted(reported) == [0, 1, 2, 3]
+    assert [reported[i] for i in range(4)] == [[h.tokens for h in hyps] for hyps in search.finalize()]
+
+
+def test_full_rows_beam_search_gives_the_same_results() -> None:
+    """Starting with beam_size rows per sentence (one live, the rest at -inf) changes nothing but the row count."""
+    lengths = [3, 8, 5, 8]
+    plain = BeamSearch(4, beam_size=3, eos_id=EOS, max_lengths=lengths, num_hypotheses=2)
+    full = BeamSearch(4, beam_size=3, eos_id=EOS, max_lengths=lengths, num_hypotheses=2, full_rows=True)
+    assert len(full.row_sentence) == 12 and len(plain.row_sentence) == 4
+    assert run(full) == run(plain)
+    for a, b in zip(full.finalize(), plain.finalize(), strict=True):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b])
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_dropped_sentences_leave_and_the_others_are_unchanged(beam_size: int) -> None:
+    def make() -> SearchStrategy:
+        if beam_size == 1:
+            return GreedySearch(4, eos_id=EOS, max_lengths=[9, 9, 9, 9])
+        return BeamSearch(4, beam_size=beam_size, eos_id=EOS, max_lengths=[9, 9, 9, 9])
+
+    everything = run(make())
+    dropped = make()
+    partial = run(dropped, drop_at={0: [1], 2: [3]})
+    assert 1 not in partial and dropped.finalize()[1] == []
+    assert {i: everything[i] for i in partial if i != 3} == {i: partial[i] for i in partial if i != 3}
+    assert 0 in partial and 2 in partial

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.search import BeamSearch, GreedySearch, Hypothesis, SearchStrategy, length_penalty, top_k
+from transduce.engine.search import BeamSearch, GreedySearch, Hypothesis, SearchStrategy, length_penalty, top_k
 
 EOS, V = 0, 6
 NEG = -1e9
@@ -200,9 +200,11 @@ def test_greedy_finished_rows_leave_with_parent_rows() -> None:
     search = GreedySearch(3, eos_id=EOS, max_lengths=[10, 10, 10])
     np.testing.assert_array_equal(search.row_sentence, [0, 1, 2])
     out = search.advance(np.stack([lp(0.1, 0.9), lp(0.1, 0.9), lp(0.1, 0.9)]))
-    assert not out.batch_changed and out.tokens.tolist() == [1, 1, 1] and out.parent_rows.tolist() == [0, 1, 2]
+    assert out.tokens.tolist() == [1, 1, 1] and out.parent_rows.tolist() == [0, 1, 2]
     out = search.advance(np.stack([lp(0.1, 0.9), lp(0.9, 0.1), lp(0.1, 0.1, 0.8)]))  # sentence 1 ends
-    assert out.batch_changed and out.parent_rows.tolist() == [0, 2] and out.tokens.tolist() == [1, 2]
+    assert (
+        out.parent_sentences.tolist() == [0, 2] and out.parent_rows.tolist() == [0, 2] and out.tokens.tolist() == [1, 2]
+    )
     assert out.tokens.dtype == np.int64 and out.parent_rows.dtype == np.int64
     np.testing.assert_array_equal(search.row_sentence, [0, 2])
     assert search.finalize()[1][0].tokens == [1] and search.finalize()[0] == []  # sentence 0 still running
@@ -229,17 +231,17 @@ def test_min_length_does_not_touch_the_callers_array() -> None:
 def test_beam_rows_expand_then_finished_sentences_leave() -> None:
     search = BeamSearch(2, beam_size=2, eos_id=EOS, max_lengths=[10, 10], length_penalty=0.0)
     out = search.advance(np.stack([lp(0.0, 0.5, 0.3, 0.2), lp(0.0, 0.1, 0.2, 0.7)]))
-    assert out.batch_changed
+    assert out.parent_sentences.tolist() == [0, 1]  # both sentences go on, now with beam_size rows each
     assert out.parent_rows.tolist() == [0, 0, 1, 1] and out.tokens.tolist() == [1, 2, 3, 2]
     np.testing.assert_array_equal(search.row_sentence, [0, 0, 1, 1])
     # No sentence ends: rows only move within their sentence (sentence 0's second beam takes both places).
     flat = lp(0.0, 0.2, 0.2, 0.2, 0.2, 0.2)
     out = search.advance(np.stack([flat, lp(0.0, 0.0, 0.0, 0.0, 0.5, 0.5), flat, lp(0.0, 0.0, 0.0, 0.0, 0.0, 1.0)]))
-    assert not out.batch_changed
+    assert out.parent_sentences.tolist() == [0, 1]
     assert out.parent_rows.tolist() == [1, 1, 3, 2] and out.tokens.tolist() == [4, 5, 5, 1]
     # Sentence 0 gets two sure eos endings (a tie: the lower row wins) and leaves; sentence 1 goes on.
     out = search.advance(np.stack([lp(1.0), lp(1.0), lp(0.0, 0.5, 0.5), lp(0.0, 0.5, 0.5)]))
-    assert out.batch_changed and out.parent_rows.tolist() == [2, 2] and out.tokens.tolist() == [1, 2]
+    assert out.parent_sentences.tolist() == [1] and out.parent_rows.tolist() == [2, 2] and out.tokens.tolist() == [1, 2]
     np.testing.assert_array_equal(search.row_sentence, [1, 1])
     assert [h.tokens for h in search.finalize()[0]] == [[2, 4]]
     assert search.finalize()[1] == []

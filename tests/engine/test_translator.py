@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
-from engine.options import DecodeOptions
-from engine.session import OnnxSeq2Seq
-from engine.translator import Translator
-from model.checkpoint import Checkpoint, load_checkpoint
+from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
+from transduce.engine.options import DecodeOptions
+from transduce.engine.translator import Translator
+from transduce.model.checkpoint import Checkpoint, load_checkpoint
 
 SENTENCES = [
     "Hello world.",
@@ -50,10 +49,10 @@ def torch_greedy(ckpt: Checkpoint, ids: list[int], max_len: int, min_len: int = 
 def test_greedy_matches_pytorch_token_for_token(tiny_translator: Translator, tiny_checkpoint: Path) -> None:
     tok = tiny_translator.tokenizer
     sources = [tok.encode_source(s, "de") for s in SENTENCES]
-    results = tiny_translator.translate_batch(sources, beam_size=1)
+    results = tiny_translator.translate_batch(sources, options=DecodeOptions(beam_size=1))
     ckpt = load_checkpoint(tiny_checkpoint)
     for ids, result in zip(sources, results, strict=True):
-        assert result.tokens[0] == torch_greedy(ckpt, ids, len(ids) + 50)
+        assert result.tokens[0] == torch_greedy(ckpt, ids, 2 * len(ids) + 10)
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
@@ -63,7 +62,7 @@ def test_output_does_not_depend_on_batch(tiny_translator: Translator, beam_size:
     alone = [tiny_translator.translate([s], source_lang="en", target_lang="de", options=options)[0] for s in SENTENCES]
     assert [r.tokens for r in together] == [r.tokens for r in alone]
     small_chunks = tiny_translator.translate(
-        SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam_size, max_batch_size=2)
+        SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam_size, chunk_size=2)
     )
     assert [r.tokens for r in small_chunks] == [r.tokens for r in together]
 
@@ -106,9 +105,17 @@ def test_options_are_respected(tiny_translator: Translator) -> None:
     assert stats.sentences > 0 and stats.generated_tokens > 0 and stats.padded_source_tokens >= stats.source_tokens
 
 
-def test_default_max_length_is_source_plus_50(tiny_translator: Translator) -> None:
+def test_output_length_is_capped_relative_to_the_source(tiny_translator: Translator) -> None:
+    """The runaway guard: twice the source plus 10 by default, the model's positions at most."""
     ids = tiny_translator.tokenizer.encode_source("Tag", "de")
-    assert tiny_translator._max_lengths([ids], DecodeOptions()) == [len(ids) + 50]
+    assert DecodeOptions().max_lengths([len(ids), 200], cap=255) == [2 * len(ids) + 10, 255]
+    assert DecodeOptions(max_length_ratio=1.5, extra_decoding_length=0).max_lengths([10], cap=255) == [15]
+    assert DecodeOptions(max_decoding_length=7).max_lengths([3, 100], cap=5) == [5, 5]
+    with pytest.raises(ValueError, match="max_length_ratio"):
+        DecodeOptions(max_length_ratio=0)
+    options = DecodeOptions(beam_size=1, min_decoding_length=50)  # eos forbidden: only the cap can stop it
+    (result,) = tiny_translator.translate(["Tag"], source_lang="en", target_lang="de", options=options)
+    assert len(result.tokens[0]) == 2 * len(tiny_translator.tokenizer.encode_source("Tag", "de")) + 10
 
 
 def test_errors(tiny_translator: Translator) -> None:
@@ -127,10 +134,9 @@ def test_errors(tiny_translator: Translator) -> None:
 def test_io_binding_path_matches_numpy_path(tiny_model_dir: Path, tiny_translator: Translator) -> None:
     """The device-resident (IO binding) code path used on CUDA, run here on the CPU provider."""
     bound = Translator(tiny_model_dir, device="cpu", intra_threads=1)
-    from engine.device import DeviceOps
-    from engine.session import choose_providers, session_options
+    from transduce.engine.iobinding_runner import IOBindingRunner
 
-    bound.model.device_ops = DeviceOps(bound.model, choose_providers("cpu"), session_options(1, 1))
+    bound.runner = IOBindingRunner(bound.runner.sessions)  # on the CPU provider: device 'cpu'
     for beam in (1, 3):
         options = DecodeOptions(beam_size=beam)
         expected = tiny_translator.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
@@ -165,6 +171,20 @@ def test_load_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
         Translator(mismatch)
 
 
+@pytest.mark.parametrize("damaged", ["gather.onnx", "tokenizer.model"])
+def test_every_file_the_manifest_lists_is_checked(tiny_model_dir: Path, tmp_path: Path, damaged: str) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    manifest = json.loads((model / "manifest.json").read_text())
+    assert damaged in manifest["checksums"] and manifest["gather"] == "gather.onnx"
+    (model / damaged).write_bytes((model / damaged).read_bytes()[:-7] + b"garbage")
+    with pytest.raises(ModelLoadError, match=f"{damaged} does not match the checksum"):
+        Translator(model)
+    (model / damaged).unlink()
+    with pytest.raises(ModelLoadError, match=f"{damaged} named in .* is missing"):
+        Translator(model)
+
+
 def test_cuda_request_without_cuda_falls_back_or_fails_strictly(tiny_model_dir: Path) -> None:
     import onnxruntime as ort
 
@@ -180,15 +200,16 @@ def test_cuda_request_without_cuda_falls_back_or_fails_strictly(tiny_model_dir: 
 
 
 def test_session_rejects_bad_device(tiny_model_dir: Path) -> None:
-    from engine.manifest import load_manifest
+    from transduce.engine.manifest import load_manifest
+    from transduce.engine.session import open_runner
 
     with pytest.raises(ValueError, match="device must be"):
-        OnnxSeq2Seq(load_manifest(tiny_model_dir), device="tpu")
+        open_runner(load_manifest(tiny_model_dir), device="tpu")
 
 
 def test_only_the_decoder_pool_spins(tiny_model_dir: Path) -> None:
     """The encoder runs once per batch: its idle threads must sleep, not spin against the decoder's steps."""
-    model = Translator(tiny_model_dir, device="cpu", intra_threads=2).model
+    model = Translator(tiny_model_dir, device="cpu", intra_threads=2).runner.sessions
     key = "session.intra_op.allow_spinning"
     assert model.encoder.get_session_options().get_session_config_entry(key) == "0"
     assert model.decoder.get_session_options().get_session_config_entry(key) == "1"

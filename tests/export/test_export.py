@@ -9,11 +9,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from engine import io_names as names
-from engine.manifest import load_manifest
-from export.onnx_export import ExportConfig, export_model, is_stale
-from export.verify import _compare
-from model.checkpoint import load_checkpoint
+from transduce.engine import io_names as names
+from transduce.engine.manifest import is_stale, load_manifest
+from transduce.export.onnx_export import ExportConfig, export_model
+from transduce.export.verify import _compare
+from transduce.model.checkpoint import load_checkpoint
 
 
 def test_model_directory_contents(tiny_model_dir: Path) -> None:
@@ -32,7 +32,10 @@ def test_model_directory_contents(tiny_model_dir: Path) -> None:
 def test_graph_io_names_and_dynamic_axes(tiny_model_dir: Path) -> None:
     dec = onnx.load(str(tiny_model_dir / "decoder.onnx"))
     inputs = {i.name: i for i in dec.graph.input}
-    assert set(inputs) == {names.DEC_INPUT_IDS, names.DEC_ENCODER_MASK, *names.past_names(2), *names.cross_names(2)}
+    per_row = {names.DEC_INPUT_IDS, names.DEC_POSITIONS, names.DEC_SELF_MASK}
+    assert set(inputs) == {*per_row, names.DEC_ENCODER_MASK, *names.past_names(2), *names.cross_names(2)}
+    mask_dims = inputs[names.DEC_SELF_MASK].type.tensor_type.shape.dim
+    assert [d.dim_param for d in mask_dims] == [names.BATCH_AXIS, names.TOTAL_AXIS]
     dims = inputs[names.past_self(1, "value")].type.tensor_type.shape.dim
     assert dims[0].dim_param == names.BATCH_AXIS and dims[2].dim_param == names.PAST_AXIS
     assert [o.name for o in dec.graph.output] == [names.DEC_LOG_PROBS, *names.present_names(2)]
@@ -92,11 +95,13 @@ def test_decoder_graph_shares_cross_kv_between_beams(tiny_checkpoint: Path, tiny
         cross_pt = model.cross_kv(model.encode(torch.from_numpy(ids), src_mask))
         repeated = [(a.repeat_interleave(k, 0), b.repeat_interleave(k, 0)) for a, b in cross_pt]
         cache = None
-        for _ in range(4):
+        for step in range(4):
             tokens = rng.integers(4, cfg.tgt_vocab_size, (2 * k, 1))
             feed = {
                 names.DEC_INPUT_IDS: tokens,
                 names.DEC_ENCODER_MASK: mask,
+                names.DEC_POSITIONS: np.full(2 * k, step, np.int64),
+                names.DEC_SELF_MASK: np.ones((2 * k, step + 1), np.int64),
                 **dict(zip(names.past_names(L), past, strict=True)),
                 **dict(zip(names.cross_names(L), cross, strict=True)),
             }

@@ -9,11 +9,11 @@ import numpy as np
 import onnx
 import pytest
 
-from engine.errors import ModelLoadError
-from engine.manifest import load_manifest
-from engine.options import DecodeOptions
-from engine.translator import Translator
-from export.onnx_export import ExportConfig, export_model
+from transduce.engine.errors import ModelLoadError
+from transduce.engine.manifest import load_manifest
+from transduce.engine.options import DecodeOptions
+from transduce.engine.translator import Translator
+from transduce.export.onnx_export import ExportConfig, export_model
 
 SENTENCES = ["the house is big .", "a dog sees the water .", "the old man and the sea ."]
 
@@ -38,7 +38,8 @@ def test_weights_and_caches_are_half_and_log_probs_stay_float(fp16_dir: Path) ->
     outputs = {v.name: _elem(v) for v in decoder.graph.output}
     assert outputs.pop("log_probs") == onnx.TensorProto.FLOAT
     assert set(outputs.values()) == {onnx.TensorProto.FLOAT16}  # present K/V
-    assert {inputs.pop("input_ids"), inputs.pop("encoder_attention_mask")} == {onnx.TensorProto.INT64}
+    integer = ("input_ids", "encoder_attention_mask", "position_ids", "decoder_attention_mask")
+    assert {inputs.pop(name) for name in integer} == {onnx.TensorProto.INT64}
     assert set(inputs.values()) == {onnx.TensorProto.FLOAT16}  # past and cross K/V
     assert {_elem(v) for v in onnx.load(str(fp16_dir / "gather.onnx")).graph.input[1:]} == {onnx.TensorProto.FLOAT16}
     matrices = [t for t in decoder.graph.initializer if len(t.dims) >= 2]  # weights (not shape constants)
@@ -60,12 +61,11 @@ def test_fp16_translations_track_fp32(fp16_dir: Path, tiny_translator: Translato
 
 def test_io_binding_path_reads_fp16_caches(fp16_dir: Path) -> None:
     """The device-resident path (gather.onnx in float16) gives what the numpy path gives."""
-    from engine.device import DeviceOps
-    from engine.session import choose_providers, session_options
+    from transduce.engine.iobinding_runner import IOBindingRunner
 
     plain = Translator(fp16_dir, device="cpu", intra_threads=1)
     bound = Translator(fp16_dir, device="cpu", intra_threads=1)
-    bound.model.device_ops = DeviceOps(bound.model, choose_providers("cpu"), session_options(1, 1))
+    bound.runner = IOBindingRunner(bound.runner.sessions)  # on the CPU provider: device 'cpu'
     options = DecodeOptions(beam_size=3)
     expected = plain.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
     got = bound.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
@@ -86,7 +86,7 @@ def test_bad_dtype_is_named(fp16_dir: Path, tmp_path: Path) -> None:
 
 
 def test_int8_quantisation_needs_a_float32_export(fp16_dir: Path, tmp_path: Path) -> None:
-    from export.quantize import quantize_model_dir
+    from transduce.export.quantize import quantize_model_dir
 
     with pytest.raises(ValueError, match="starts from a float32 export"):
         quantize_model_dir(fp16_dir, tmp_path / "int8")
@@ -94,7 +94,7 @@ def test_int8_quantisation_needs_a_float32_export(fp16_dir: Path, tmp_path: Path
 
 
 def test_failed_quantisation_leaves_the_old_directory(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from export.quantize import quantize_model_dir
+    from transduce.export.quantize import quantize_model_dir
 
     dst = tmp_path / "int8"
     quantize_model_dir(tiny_model_dir, dst)

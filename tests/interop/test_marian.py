@@ -23,10 +23,10 @@ pytestmark = [
 import sentencepiece as spm  # noqa: E402
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
 
-from interop.marian import export_marian, import_marian  # noqa: E402
-from model.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from model.config import ModelConfig  # noqa: E402
-from model.transformer import Transformer  # noqa: E402
+from transduce.interop.marian import export_marian, import_marian  # noqa: E402
+from transduce.model.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from transduce.model.config import ModelConfig  # noqa: E402
+from transduce.model.transformer import Transformer  # noqa: E402
 
 TOL = 1e-4
 _SRC = "the a house cat dog runs sees big small red blue green water light day night good old new world"
@@ -290,9 +290,9 @@ def test_ban_pad_matches_bad_words_ids(
 def test_onnx_engine_matches_transformers(
     imported: Path, hf_model: MarianMTModel, hf_tok: MarianTokenizer, tmp_path: Path
 ) -> None:
-    from engine.options import DecodeOptions
-    from engine.translator import Translator
-    from export.onnx_export import export_model
+    from transduce.engine.options import DecodeOptions
+    from transduce.engine.translator import Translator
+    from transduce.export.onnx_export import export_model
 
     export_model(imported, tmp_path / "onnx")
     translator = Translator(tmp_path / "onnx", device="cpu", intra_threads=1)
@@ -317,12 +317,12 @@ def test_onnx_engine_matches_transformers(
     # log-probs of the engine's decoder, teacher-forced on HF's greedy outputs
     worst = 0.0
     for seq, out in zip(seqs, greedy_hf, strict=True):
-        state = translator.model.encode(np.array([seq]), np.ones((1, len(seq)), dtype=np.int64))
+        state = translator.runner.encode(np.array([seq]), np.ones((1, len(seq)), dtype=np.int64))
         tgt = [hf_model.config.decoder_start_token_id, *out]
         with torch.no_grad():
             ref = hf_model(input_ids=torch.tensor([seq]), decoder_input_ids=torch.tensor([tgt])).logits.log_softmax(-1)
         for t, tok in enumerate(tgt):
-            lp = translator.model.step(np.array([tok]), state)
+            lp = translator.runner.step(np.array([tok]), state)
             worst = max(worst, float(np.abs(lp[0] - ref[0, t].numpy()).max()))
     print(f"onnx engine: max |log-prob diff| vs transformers {worst:.2e}")
     assert worst <= TOL
@@ -425,7 +425,7 @@ def test_refusals_name_the_problem(tiny_checkpoint: Path, hf_dir: Path, tmp_path
 
 
 def test_cli_commands(hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from interop import export_cli, import_cli
+    from transduce.interop import export_cli, import_cli
 
     parser = argparse.ArgumentParser()
     import_cli.add_arguments(parser)

@@ -1,12 +1,14 @@
 """Model tests: the cache gives the same logits as the full prefix; config round trip; checkpoint round trip."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint, save_checkpoint
-from model.config import ModelConfig
-from model.layers import sinusoid_table
-from model.transformer import Transformer
+from transduce.model.checkpoint import load_checkpoint, save_checkpoint
+from transduce.model.config import ModelConfig
+from transduce.model.layers import sinusoid_table
+from transduce.model.transformer import Transformer
 
 
 def tiny_config(**overrides: object) -> ModelConfig:
@@ -103,7 +105,7 @@ def test_config_validation_and_round_trip() -> None:
         ModelConfig.from_dict({**config.to_dict(), "bogus": 1})
 
 
-def test_checkpoint_round_trip_fp16(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoint_round_trip_fp16(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = Transformer(tiny_config()).eval()
     path = tmp_path / "ckpt.pt"
@@ -136,3 +138,40 @@ def test_beams_share_their_sentences_cross_attention() -> None:
             full, full_cache = model.decode_step(rows[:, t : t + 1], repeated, mask.repeat_interleave(k, 0), full_cache)
             assert shared.shape == (9, 1, 60)
             assert torch.allclose(shared, full, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm_position": "pre"}])
+def test_rows_with_shorter_histories_join_a_longer_cache(overrides: dict[str, object]) -> None:
+    """A row left-padded to the batch's cache length, masked, at its own position, decodes as it would alone."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(**overrides)).eval()
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        cross = model.cross_kv(model.encode(src, mask))
+        alone = []  # sentence i alone: i + 1 tokens already decoded, then one more
+        for i in range(3):
+            one = [(k[i : i + 1], v[i : i + 1]) for k, v in cross]
+            _, cache = model.decode_step(tgt[i : i + 1, : i + 1], one, mask[i : i + 1])
+            logits, _ = model.decode_step(tgt[i : i + 1, i + 1 : i + 2], one, mask[i : i + 1], cache)
+            alone.append((cache, logits[:, -1]))
+        P = 3  # the longest history; shorter ones are padded at the start with garbage that the mask hides
+        padded = []
+        for layer in range(2):
+            keys, values = [], []
+            for i, (cache, _) in enumerate(alone):
+                junk = torch.randn(1, 4, P - (i + 1), 8)
+                keys.append(torch.cat([junk, cache[layer][0]], dim=2))
+                values.append(torch.cat([junk * 3, cache[layer][1]], dim=2))
+            padded.append((torch.cat(keys), torch.cat(values)))
+        self_mask = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)  # (R, P + 1)
+        logits, new_cache = model.decode_step(
+            tgt[:, 1:4].gather(1, torch.tensor([[0], [1], [2]])),  # the token after each row's history
+            cross,
+            mask,
+            padded,
+            positions=torch.tensor([1, 2, 3]),
+            self_mask=self_mask,
+        )
+    for i, (_, expected) in enumerate(alone):
+        torch.testing.assert_close(logits[i, -1], expected[0], atol=1e-5, rtol=1e-5)
+    assert new_cache[0][0].shape == (3, 4, P + 1, 8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import httpx
 import yaml
-from livesrv import free_port, wait_ready
+
+from tests.service.harness import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,8 +53,21 @@ def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
     assert instructions["ENTRYPOINT"] == '["transduce", "serve"]'
     assert any(i == "COPY" and a.startswith("--from=export") for i, a in runtime)
     for instruction, _ in build + runtime:  # only known instructions (a typo would break `docker build`)
-        assert instruction in {"FROM", "RUN", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE", "HEALTHCHECK", "STOPSIGNAL",
-                               "ENTRYPOINT", "CMD", "ARG", "LABEL"}
+        assert instruction in {
+            "FROM",
+            "RUN",
+            "COPY",
+            "ENV",
+            "WORKDIR",
+            "USER",
+            "EXPOSE",
+            "HEALTHCHECK",
+            "STOPSIGNAL",
+            "ENTRYPOINT",
+            "CMD",
+            "ARG",
+            "LABEL",
+        }
 
 
 def test_pyproject_base_dependencies_have_no_torch() -> None:
@@ -80,20 +95,52 @@ def test_compose_reserves_the_gpu_and_has_a_cpu_profile() -> None:
         assert all(key.startswith("TRANSDUCE_") for key in service["environment"])
 
 
-def test_the_image_command_serves_the_exported_model(tiny_model_dir: Path) -> None:
-    """Same entrypoint and ENV as the runtime stage; only the model path and port are this machine's."""
+def runtime_tree(dest: Path) -> Path:
+    """The files the runtime stage COPYs from the build context (not --from=export), placed as the image has them."""
+    for instruction, args in dockerfile_stages()[1]:
+        if instruction != "COPY" or args.startswith("--from="):
+            continue
+        *sources, target = args.split()
+        for source in sources:
+            place = dest / target / Path(source).name if target.endswith("/") else dest / target
+            place.parent.mkdir(parents=True, exist_ok=True)
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, place, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(ROOT / source, place)
+    return dest
+
+
+def test_the_runtime_stage_copies_only_what_serving_imports(tmp_path: Path) -> None:
+    tree = runtime_tree(tmp_path / "app")
+    copied = {p.relative_to(tree / "transduce").parts[0] for p in (tree / "transduce").iterdir()}
+    assert {"engine", "service", "cli.py", "serve_cli.py"} <= copied
+    assert not copied & {"model", "export", "training", "bench", "interop", "weights"}
+
+
+def test_the_image_command_serves_the_exported_model(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Same entrypoint and ENV as the runtime stage, on a copy of only the code the runtime stage copies; only the
+    model path and port are this machine's."""
     runtime = dockerfile_stages()[1]
     env = {}
     for instruction, args in runtime:
         if instruction == "ENV":
             env.update(dict(part.split("=", 1) for part in shlex.split(args)))
     port = free_port()
-    env.update({"TRANSDUCE_MODEL_DIR": str(tiny_model_dir), "TRANSDUCE_PORT": str(port),
-                "TRANSDUCE_HOST": "127.0.0.1"})
+    env.update({"TRANSDUCE_MODEL_DIR": str(tiny_model_dir), "TRANSDUCE_PORT": str(port), "TRANSDUCE_HOST": "127.0.0.1"})
     env.pop("PATH", None)
+    env["PYTHONPATH"] = str(runtime_tree(tmp_path / "app"))  # found before the editable install of the whole package
     entrypoint = yaml.safe_load(dict(runtime)["ENTRYPOINT"])
-    command = [str(Path(sys.executable).parent / entrypoint[0]), *entrypoint[1:]]
-    proc = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert entrypoint[0] == "transduce"
+    command = [
+        sys.executable,
+        "-c",
+        "import sys, transduce.cli; print(transduce.cli.__file__, file=sys.stderr); sys.exit(transduce.cli.main())",
+        *entrypoint[1:],
+    ]
+    proc = subprocess.Popen(
+        command, env={**os.environ, **env}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, timeout_s=60)
@@ -103,3 +150,4 @@ def test_the_image_command_serves_the_exported_model(tiny_model_dir: Path) -> No
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out.decode()[-2000:]
+    assert out.decode().splitlines()[0] == str(tmp_path / "app" / "transduce" / "cli.py")  # the copy ran, not ROOT

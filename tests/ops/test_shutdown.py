@@ -10,28 +10,37 @@ import sys
 from pathlib import Path
 
 import httpx
-from livesrv import free_port, wait_ready
 
-from engine.options import DecodeOptions
-from engine.translator import Translator
+from tests.service.harness import free_port, wait_ready
+from transduce.engine.options import DecodeOptions
+from transduce.engine.translator import Translator
 
 TEXTS = [f"The small blue dog runs to the green house number {i} and sees the water" for i in range(60)]
 
 
 def test_sigterm_drains_accepted_requests(tiny_model_dir: Path, tiny_translator: Translator) -> None:
     port = free_port()
-    env = {**os.environ, "TRANSDUCE_MODEL_DIR": str(tiny_model_dir), "TRANSDUCE_PORT": str(port),
-           "TRANSDUCE_MAX_BATCH_SIZE": "4", "TRANSDUCE_SHUTDOWN_GRACE_S": "60", "TRANSDUCE_LOG_JSON": "true"}
-    proc = subprocess.Popen([sys.executable, "-m", "transduce", "serve"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "TRANSDUCE_MODEL_DIR": str(tiny_model_dir),
+        "TRANSDUCE_PORT": str(port),
+        "TRANSDUCE_MAX_BATCH_SIZE": "4",
+        "TRANSDUCE_SHUTDOWN_GRACE_S": "60",
+        "TRANSDUCE_LOG_JSON": "true",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, timeout_s=60)
 
-        async def burst() -> list[httpx.Response | Exception]:
+        async def burst() -> list[httpx.Response | BaseException]:
             async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-                tasks = [asyncio.create_task(client.post("/translate", json={"q": t, "source": "en", "target": "de"}))
-                         for t in TEXTS]
+                tasks = [
+                    asyncio.create_task(client.post("/translate", json={"q": t, "source": "en", "target": "de"}))
+                    for t in TEXTS
+                ]
                 await asyncio.sleep(0.5)  # all requests are on the wire; only a few batches are done
                 proc.send_signal(signal.SIGTERM)
                 return await asyncio.gather(*tasks, return_exceptions=True)
@@ -44,8 +53,9 @@ def test_sigterm_drains_accepted_requests(tiny_model_dir: Path, tiny_translator:
     assert proc.returncode == 0, out.decode()[-2000:]
     accepted = [(t, r) for t, r in zip(TEXTS, results, strict=True) if isinstance(r, httpx.Response)]
     assert len(accepted) == len(TEXTS), [r for r in results if not isinstance(r, httpx.Response)][:3]
-    expected = tiny_translator.translate([t for t, _ in accepted], source_lang="en", target_lang="de",
-                                         options=DecodeOptions())
+    expected = tiny_translator.translate(
+        [t for t, _ in accepted], source_lang="en", target_lang="de", options=DecodeOptions()
+    )
     for (_, response), want in zip(accepted, expected, strict=True):
         assert response.status_code == 200, response.text
         assert response.json()["translatedText"] == want.hypotheses[0]

@@ -62,6 +62,5 @@ def test_cuda_strict_without_a_gpu(tiny_model_dir: Path) -> None:
 
 
 def test_invalid_setting_is_named() -> None:
-    result = subprocess.run([*TRANSDUCE, "serve", "--max-batch-size", "0"], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([*TRANSDUCE, "serve", "--max-batch-size", "0"], capture_output=True, text=True, timeout=60)
     assert_one_line_error(result, "max_batch_size")

@@ -1,4 +1,4 @@
-"""Operations through the real app over a fake translator: readiness, draining, overload, deadlines, disconnects,
+"""Operations through the real app over the fake translator: readiness, draining, overload, deadlines, disconnects,
 batching, API keys, request ids, metrics, latency, logs, settings and the serve command."""
 
 from __future__ import annotations
@@ -7,28 +7,30 @@ import argparse
 import asyncio
 import json
 import logging
+import socket
 import threading
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
-from fakes import FakeTranslator, post_then_hang_up, serve, wait_entered, wait_until
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.config import Settings
-from service.main import create_app
+from tests.service.harness import (
+    EN_DE,
+    FakeTranslator,
+    Gate,
+    build_app,
+    live_server,
+    post_then_hang_up,
+    serve,
+    wait_until,
+)
+from transduce.service.config import Settings
 
 pytestmark = pytest.mark.anyio
-EN_DE = {"source": "en", "target": "de"}
-
-
-def hold(fake: FakeTranslator) -> threading.Event:
-    """Make the fake's next translate calls block until the returned event is set."""
-    gate = threading.Event()
-    fake.gate = gate
-    fake.entered.clear()
-    return gate
 
 
 async def test_ready_only_after_load_and_canary() -> None:
@@ -38,7 +40,7 @@ async def test_ready_only_after_load_and_canary() -> None:
         assert loaded.wait(10)
         return fake
 
-    app = create_app(Settings(log_json=False), translator_factory=slow_load)
+    app = build_app(factory=slow_load)
     manager = LifespanManager(app, startup_timeout=15)
     starting = asyncio.create_task(manager.__aenter__())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
@@ -60,7 +62,7 @@ async def test_ready_only_after_load_and_canary() -> None:
 async def test_failing_canary_fails_start_up() -> None:
     fake = FakeTranslator()
     fake.fail_on = {"Hello world.": RuntimeError("broken model")}
-    app = create_app(Settings(log_json=False), translator_factory=lambda _: fake)
+    app = build_app(fake)
     with pytest.raises(RuntimeError, match="broken model"):
         async with LifespanManager(app):
             pass
@@ -68,14 +70,14 @@ async def test_failing_canary_fails_start_up() -> None:
 
 
 async def test_shutdown_drains_accepted_work_and_refuses_new() -> None:
-    fake = FakeTranslator()
-    app = create_app(Settings(log_json=False), translator_factory=lambda _: fake)
+    fake, gate = FakeTranslator(), Gate()
+    app = build_app(fake, gate=gate)
     manager = LifespanManager(app)
     await manager.__aenter__()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        gate = hold(fake)
+        gate.hold()
         accepted = asyncio.create_task(client.post("/translate", json={"q": "accepted text", **EN_DE}))
-        await wait_entered(fake)
+        await gate.wait_entered()
         stopping = asyncio.create_task(manager.__aexit__(None, None, None))
         await wait_until(lambda: app.state.transduce.draining)
         r = await client.get("/health/ready")
@@ -83,82 +85,111 @@ async def test_shutdown_drains_accepted_work_and_refuses_new() -> None:
         r = await client.post("/translate", json={"q": "too late", **EN_DE})
         assert r.status_code == 503 and r.json() == {"error": "server is shutting down"}
         assert not stopping.done()  # still waiting for the accepted request
-        gate.set()
+        gate.release()
         assert (await accepted).json() == {"translatedText": "TEXT ACCEPTED"}
         await asyncio.wait_for(stopping, 10)
     assert "too late" not in fake.translated
 
 
 async def test_queue_full_is_503_with_retry_after() -> None:
-    fake = FakeTranslator()
-    async with serve(fake, max_queue_items=3, max_batch_size=1, max_wait_ms=0) as (client, app):
-        gate = hold(fake)
+    fake, gate = FakeTranslator(), Gate()
+    async with serve(fake, gate=gate, max_queue_items=3, max_batch_size=1, max_wait_ms=0) as (client, app):
+        gate.hold()
         first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
-        await wait_entered(fake)  # the worker holds "first"; the queue is empty
-        second = asyncio.create_task(client.post("/translate", json={"q": "a. b. c", **EN_DE}))
-        await wait_until(lambda: app.state.transduce.pipeline.batcher.queue_depth == 3)
+        await gate.wait_entered()  # the worker holds "first"; the queue is empty
+        second = asyncio.create_task(client.post("/translate", json={"q": "A. B. C", **EN_DE}))
+        await wait_until(lambda: app.state.transduce.pipeline.queue.queue_depth == 3)
         r = await client.post("/translate", json={"q": "refused", **EN_DE})
         assert r.status_code == 503 and "queue is full" in r.json()["error"]
         assert int(r.headers["retry-after"]) >= 1
-        gate.set()
+        gate.release()
         assert (await first).status_code == 200 and (await second).json() == {"translatedText": "A. B. C"}
     assert "refused" not in fake.translated
 
 
 def test_retry_after_follows_queue_depth_over_throughput() -> None:
-    from engine.batcher import BatchStats
-    from service.observability import LatencyWindow, Metrics
-    from service.pipeline import TranslationPipeline
+    from transduce.service.observability import LatencyWindow, Metrics
+    from transduce.service.pipeline import StaticBatching, TranslationPipeline
 
     window = LatencyWindow()
-    pipeline = TranslationPipeline(FakeTranslator(), Settings(), Metrics(), window)
+    pipeline = TranslationPipeline(FakeTranslator(), Settings(scheduler="static"), Metrics(), window)
     assert pipeline.retry_after() == 1  # nothing measured yet
-    window.add_batch(BatchStats(size=10, tokens=50, queue_wait_ms=[1.0] * 10, inference_ms=1000.0, ok=True))
-    pipeline.batcher._queue.extend([None] * 45)  # type: ignore[list-item]  # 45 waiting at 10 per second
+    window.add_batch(10, 1000.0, 10)  # 10 sentences finished in one busy second
+    assert isinstance(pipeline.queue, StaticBatching)
+    pipeline.queue.batcher._queue.extend([None] * 45)  # type: ignore[list-item]  # 45 waiting at 10 per second
     assert pipeline.retry_after() == 5
+    window.add_batch(4, 1000.0, 0)  # a step of the running batch that finished nothing: 10 per 2 busy seconds
+    assert pipeline.retry_after() == 10
+    with pytest.raises(ValueError, match="scheduler=step needs the engine's Translator"):
+        TranslationPipeline(FakeTranslator(), Settings(scheduler="step"), Metrics(), window)
 
 
 async def test_deadline_is_504_and_the_sentence_is_never_decoded() -> None:
-    fake = FakeTranslator()
-    async with serve(fake, request_timeout_s=0.2, max_batch_size=1, max_wait_ms=0) as (client, _):
-        gate = hold(fake)
+    fake, gate = FakeTranslator(), Gate()
+    async with serve(fake, gate=gate, request_timeout_s=0.2, max_batch_size=1, max_wait_ms=0) as (client, _):
+        gate.hold()
         first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
-        await wait_entered(fake)
+        await gate.wait_entered()
         r = await client.post("/translate", json={"q": "too slow", **EN_DE})
         assert r.status_code == 504 and "0.2 s (request_timeout_s)" in r.json()["error"]
-        gate.set()
+        gate.release()
         assert (await first).status_code == 504  # its deadline passed too, while the engine held it
     assert "too slow" not in fake.translated
 
 
 async def test_client_disconnect_drops_queued_sentences() -> None:
-    fake = FakeTranslator()
-    async with serve(fake, max_batch_size=1, max_wait_ms=0) as (client, app):
-        gate = hold(fake)
+    fake, gate = FakeTranslator(), Gate()
+    async with serve(fake, gate=gate, max_batch_size=1, max_wait_ms=0) as (client, app):
+        gate.hold()
         first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
-        await wait_entered(fake)
-        call, hung_up = post_then_hang_up(app, {"q": "gone. away", **EN_DE})
-        batcher = app.state.transduce.pipeline.batcher
+        await gate.wait_entered()
+        call, hung_up = post_then_hang_up(app, {"q": "Gone. Away", **EN_DE})
+        batcher = app.state.transduce.pipeline.queue
         await wait_until(lambda: batcher.queue_depth == 2)
         hung_up.set()
         await asyncio.wait_for(call, 5)
         assert batcher.queue_depth == 0  # dropped before the worker got to them
-        gate.set()
+        gate.release()
         assert (await first).status_code == 200
     assert fake.translated[1:] == ["first"]
 
 
-async def test_concurrent_requests_share_engine_calls() -> None:
+def test_a_client_gone_mid_upload_is_499_without_an_error_log(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     fake = FakeTranslator()
-    async with serve(fake, max_wait_ms=0) as (client, app):
-        gate = hold(fake)
+    with live_server(fake) as url:
+        where = urlsplit(url)
+        with socket.create_connection((where.hostname or "", where.port or 0)) as conn:
+            conn.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\nX-Request-ID: gone-1\r\nExpect: 100-continue\r\n\r\n"
+            )
+            assert conn.recv(1000).startswith(b"HTTP/1.1 100 ")  # sent when the app starts reading the body
+            conn.sendall(b'{"q": "half a bo')
+        deadline = time.monotonic() + 10
+        while 'transduce_requests_total{status="499"} 1.0' not in (metrics := httpx.get(f"{url}/metrics").text):
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.05)
+    assert 'transduce_requests_total{status="500"}' not in metrics
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
+    access = [r for r in caplog.records if r.name == "transduce.access"]
+    assert [(r.getMessage(), r.fields["request_id"]) for r in access] == [("translate 499", "gone-1")]  # type: ignore[attr-defined]
+    assert fake.translated == ["Hello world."]  # only the canary
+
+
+async def test_concurrent_requests_share_engine_calls() -> None:
+    fake, gate = FakeTranslator(), Gate()
+    async with serve(fake, gate=gate, max_wait_ms=0) as (client, app):
+        gate.hold()
         first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
-        await wait_entered(fake)
+        await gate.wait_entered()
         texts = [f"text number {i}" for i in range(12)]
-        tasks = [asyncio.create_task(client.post("/translate", json={"q": t, **EN_DE, "beam_size": 1 + i % 2}))
-                 for i, t in enumerate(texts)]
-        await wait_until(lambda: app.state.transduce.pipeline.batcher.queue_depth == 12)
-        gate.set()
+        tasks = [
+            asyncio.create_task(client.post("/translate", json={"q": t, **EN_DE, "beam_size": 1 + i % 2}))
+            for i, t in enumerate(texts)
+        ]
+        await wait_until(lambda: app.state.transduce.pipeline.queue.queue_depth == 12)
+        gate.release()
         responses = await asyncio.gather(first, *tasks)
         latency = (await client.get("/latency")).json()
     assert [r.json()["translatedText"] for r in responses[1:]] == [f"{i} NUMBER TEXT" for i in range(12)]
@@ -198,8 +229,9 @@ async def test_request_id_is_echoed_or_generated_on_every_response() -> None:
     async with serve() as (client, _):
         r = await client.get("/health", headers={"X-Request-ID": "abc-123"})
         assert r.headers["x-request-id"] == "abc-123"
-        r = await client.post("/translate", content=b"{", headers={"content-type": "application/json",
-                                                                   "X-Request-ID": "bad-json-1"})
+        r = await client.post(
+            "/translate", content=b"{", headers={"content-type": "application/json", "X-Request-ID": "bad-json-1"}
+        )
         assert (r.status_code, r.headers["x-request-id"]) == (422, "bad-json-1")
         generated = {(await client.get(path)).headers["x-request-id"] for path in ("/health", "/languages", "/nope")}
         assert len(generated) == 3 and all(len(g) == 32 for g in generated)
@@ -220,13 +252,19 @@ async def test_metrics_are_prometheus_text_per_app() -> None:
     assert "transduce_requests_total{" not in other_text  # each app has its own registry
     assert "transduce_batch_size_count 2.0" in text  # the canary and the one request
     assert "transduce_generated_tokens_total 7.0" in text  # the fake's tokens: one per word, plus eos each
-    for name in ("transduce_request_duration_seconds_bucket", "transduce_queue_wait_seconds_count",
-                 "transduce_inference_seconds_sum", "transduce_queue_depth 0.0"):
+    for name in (
+        "transduce_request_duration_seconds_bucket",
+        "transduce_queue_wait_seconds_count",
+        "transduce_inference_seconds_sum",
+        "transduce_batch_size_bucket",
+        "transduce_queue_depth 0.0",
+        "transduce_padding_ratio 0.0",  # the fake has no engine stats; the tiny-model test sees a real ratio
+    ):
         assert name in text
 
 
 async def test_one_access_log_line_per_translate_request(caplog: pytest.LogCaptureFixture) -> None:
-    from service.logging import JsonFormatter
+    from transduce.service.logging import JsonFormatter
 
     caplog.set_level(logging.INFO, logger="transduce.access")
     async with serve() as (client, _):
@@ -238,14 +276,19 @@ async def test_one_access_log_line_per_translate_request(caplog: pytest.LogCaptu
     lines = [JsonFormatter().format(r) for r in records]
     assert all("\n" not in line for line in lines)
     ok, bad = (json.loads(line) for line in lines)
+    assert (ok["logger"], ok["msg"], bad["msg"]) == ("transduce.access", "translate 200", "translate 400")
     assert {k: ok[k] for k in ("request_id", "n_items", "n_chars", "status")} == {
-        "request_id": "log-1", "n_items": 2, "n_chars": 5, "status": 200}
+        "request_id": "log-1",
+        "n_items": 2,
+        "n_chars": 5,
+        "status": 200,
+    }
     assert all(isinstance(ok[k], float) and ok[k] >= 0 for k in ("queue_ms", "inference_ms", "total_ms"))
     assert bad["status"] == 400 and bad["queue_ms"] is None
 
 
 def test_configure_logging_installs_json_lines() -> None:
-    from service.logging import JsonFormatter, configure_logging
+    from transduce.service.logging import JsonFormatter, configure_logging
 
     root = logging.getLogger()
     saved = root.handlers[:], root.level
@@ -264,9 +307,24 @@ def test_settings_from_env_and_validation(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("TRANSDUCE_API_KEYS", " a, b ,,")
     settings = Settings()
     assert (settings.max_chars, settings.keys, settings.port, settings.request_timeout_s) == (
-        123, frozenset({"a", "b"}), 5000, 30.0)
-    for bad in ({"max_batch_size": 0}, {"max_wait_ms": -1}, {"request_timeout_s": 0}, {"port": 70000},
-                {"device": "tpu"}, {"max_alternatives": -1}):
+        123,
+        frozenset({"a", "b"}),
+        5000,
+        30.0,
+    )
+    for bad in (
+        {"max_batch_size": 0},
+        {"max_wait_ms": -1},
+        {"request_timeout_s": 0},
+        {"port": 70000},
+        {"device": "tpu"},
+        {"max_alternatives": -1},
+        {"max_connections": 0},
+        {"keep_alive_timeout_s": 0},
+        {"request_read_timeout_s": 0},
+        {"backlog": 0},
+        {"log_throttle_s": -1},
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Settings(**bad)
 
@@ -274,7 +332,7 @@ def test_settings_from_env_and_validation(monkeypatch: pytest.MonkeyPatch) -> No
 def test_cli_flags_override_env_and_a_missing_model_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
-    from service import cli
+    from transduce import serve_cli as cli
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)

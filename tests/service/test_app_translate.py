@@ -1,17 +1,21 @@
-"""POST /translate through the real app and lifespan over a fake translator: shapes, splitting, limits, errors."""
+"""POST /translate through the real app and lifespan over the fake translator: shapes, splitting, limits, errors.
+
+What needs the real engine (its output through the app, texts only a real tokenizer makes hard) is in
+test_app_tiny_model.py."""
 
 from __future__ import annotations
 
+import gzip
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from fakes import FakeTranslator, fake_translation, serve
 
-from engine.errors import InputTooLongError
+from tests.service.harness import EN_DE, FakeTranslator, fake_translation, serve
+from transduce.engine.errors import InputTooLongError
 
 pytestmark = pytest.mark.anyio
-EN_DE = {"source": "en", "target": "de"}
 
 
 async def test_json_string_and_list() -> None:
@@ -29,8 +33,11 @@ async def test_form_encoded_and_multipart() -> None:
     async with serve() as (client, _):
         r = await client.post("/translate", data={"q": "guten tag", "source": "de", "target": "en", "api_key": ""})
         assert r.status_code == 200 and r.json() == {"translatedText": "TAG GUTEN"}
-        r = await client.post("/translate", content=b"q=a+b&q=c&source=en&target=de",
-                              headers={"content-type": "application/x-www-form-urlencoded"})
+        r = await client.post(
+            "/translate",
+            content=b"q=a+b&q=c&source=en&target=de",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
         assert r.json() == {"translatedText": ["B A", "C"]}  # a repeated q is a list
         r = await client.post("/translate", data={"q": "x y", **EN_DE}, files={"unused": ("f.txt", b"data")})
         assert r.status_code == 200 and r.json() == {"translatedText": "Y X"}
@@ -39,58 +46,104 @@ async def test_form_encoded_and_multipart() -> None:
 async def test_sentences_are_translated_one_by_one_and_rejoined_with_their_whitespace() -> None:
     fake = FakeTranslator()
     async with serve(fake) as (client, _):
-        r = await client.post("/translate", json={"q": "  One two.  Three four.\n\nFive", **EN_DE})
-    assert r.json()["translatedText"] == "TWO. ONE  FOUR. THREE\n\nFIVE"
+        r = await client.post("/translate", json={"q": "  One two.  Three four.\n\nFive\t", **EN_DE})
+    assert r.json()["translatedText"] == "  TWO. ONE  FOUR. THREE\n\nFIVE\t"
     assert fake.calls[1:] == [["One two.", "Three four.", "Five"]]  # one submit, one batch
 
 
-async def test_blank_items_come_back_empty_without_decoding() -> None:
+async def test_leading_and_trailing_whitespace_of_each_text_is_kept() -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        texts = ["  Hello world.  ", "\tTabbed line\n", "\u00a0no-break", "plain"]
+        r = await client.post("/translate", json={"q": texts, **EN_DE, "alternatives": 1})
+    assert r.json() == {
+        "translatedText": ["  WORLD. HELLO  ", "\tLINE TABBED\n", "\u00a0NO-BREAK", "PLAIN"],
+        "alternatives": [["  WORLD. HELLO #1  "], ["\tLINE TABBED #1\n"], ["\u00a0NO-BREAK #1"], ["PLAIN #1"]],
+    }
+    assert fake.translated[1:] == ["Hello world.", "Tabbed line", "no-break", "plain"]  # the engine sees no padding
+
+
+async def test_blank_items_come_back_as_they_were_without_decoding() -> None:
     fake = FakeTranslator()
     async with serve(fake) as (client, _):
         r = await client.post("/translate", json={"q": ["", "  \n\t", "a b"], **EN_DE})
-        assert r.json() == {"translatedText": ["", "", "B A"]}
+        assert r.json() == {"translatedText": ["", "  \n\t", "B A"]}
         r = await client.post("/translate", json={"q": "   ", **EN_DE, "alternatives": 2})
-        assert r.json() == {"translatedText": "", "alternatives": ["", ""]}
+        assert r.json() == {"translatedText": "   ", "alternatives": ["   ", "   "]}
     assert fake.translated[1:] == ["a b"]
 
 
 async def test_alternatives_ask_for_n_plus_one_hypotheses() -> None:
     fake = FakeTranslator()
     async with serve(fake) as (client, _):
-        r = await client.post("/translate", json={"q": "a b. c d", **EN_DE, "alternatives": 2})
-        assert r.json() == {"translatedText": "B. A D C",
-                            "alternatives": [f"{fake_translation('a b.', k)} {fake_translation('c d', k)}"
-                                             for k in (1, 2)]}
+        r = await client.post("/translate", json={"q": "a b. C d", **EN_DE, "alternatives": 2})
+        assert r.json() == {
+            "translatedText": "B. A D C",
+            "alternatives": [f"{fake_translation('a b.', k)} {fake_translation('C d', k)}" for k in (1, 2)],
+        }
         assert (fake.options[-1].num_hypotheses, fake.options[-1].beam_size) == (3, 4)
-        r = await client.post("/translate", json={"q": ["x", "y"], **EN_DE, "alternatives": 1, "beam_size": 1})
+        r = await client.post("/translate", json={"q": ["x", "y"], **EN_DE, "alternatives": 1, "beam_size": 2})
         assert r.json() == {"translatedText": ["X", "Y"], "alternatives": [["X #1"], ["Y #1"]]}
-        assert (fake.options[-1].num_hypotheses, fake.options[-1].beam_size) == (2, 2)  # beam raised to fit
+        assert (fake.options[-1].num_hypotheses, fake.options[-1].beam_size) == (2, 2)
+        await client.post("/translate", json={"q": "x", **EN_DE, "alternatives": 5})
+        assert (fake.options[-1].num_hypotheses, fake.options[-1].beam_size) == (6, 6)  # no beam_size: default raised
         await client.post("/translate", json={"q": "x", **EN_DE, "beam_size": 6})
         assert (fake.options[-1].num_hypotheses, fake.options[-1].beam_size) == (1, 6)
+
+
+@pytest.mark.parametrize(
+    ("alternatives", "beam_size", "message"),
+    [
+        (5, 1, "alternatives 5 needs beam_size 6 or more, but beam_size is 1"),
+        (4, 4, "alternatives 4 needs beam_size 5 or more, but beam_size is 4"),
+        (1, 1, "a beam of 1 keeps the best translation and at most 0 alternatives"),
+    ],
+)
+async def test_alternatives_not_below_a_given_beam_size_is_400_naming_both(
+    alternatives: int, beam_size: int, message: str
+) -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        body = {"q": "x", **EN_DE, "alternatives": alternatives, "beam_size": beam_size}
+        r = await client.post("/translate", json=body)
+    assert (r.status_code, list(r.json())) == (400, ["error"]) and message in r.json()["error"]
+    assert len(fake.calls) == 1  # never widened and decoded anyway
+
+
+async def test_a_default_beam_widened_past_max_beam_size_is_400() -> None:
+    async with serve(max_beam_size=4, max_alternatives=5) as (client, _):
+        r = await client.post("/translate", json={"q": "x", **EN_DE, "alternatives": 4})
+    assert r.status_code == 400
+    assert r.json() == {"error": "alternatives 4 needs a beam of 5, over the limit of 4 (max_beam_size)"}
 
 
 async def test_languages_in_libretranslate_shape() -> None:
     fake = FakeTranslator(pairs=[("en", "de"), ("de", "en"), ("fr", "en"), ("en", "fr")])
     async with serve(fake) as (client, _):
         r = await client.get("/languages")
-    assert r.json() == [{"code": "de", "name": "German", "targets": ["en"]},
-                        {"code": "en", "name": "English", "targets": ["de", "fr"]},
-                        {"code": "fr", "name": "French", "targets": ["en"]}]
+    assert r.json() == [
+        {"code": "de", "name": "German", "targets": ["en"]},
+        {"code": "en", "name": "English", "targets": ["de", "fr"]},
+        {"code": "fr", "name": "French", "targets": ["en"]},
+    ]
 
 
-@pytest.mark.parametrize(("body", "status", "message"), [
-    ({"q": "x" * 5001, **EN_DE}, 413, "request (5001 characters) exceeds the limit of 5000 characters (max_chars)"),
-    ({"q": ["x" * 100] * 49 + ["x" * 101], **EN_DE}, 413, "5001 characters"),  # summed over the list
-    ({"q": ["a"] * 51, **EN_DE}, 400, "q has 51 texts, over the limit of 50 (max_items)"),
-    ({"q": "w " * 300, **EN_DE}, 400, "a sentence has 301 tokens, over the limit of 200 (max_sentence_tokens)"),
-    ({"q": "x", **EN_DE, "beam_size": 9}, 400, "max_beam_size"),
-    ({"q": "x", **EN_DE, "alternatives": 6}, 400, "max_alternatives"),
-    ({"q": "x", "source": "en", "target": "fr"}, 400, "en->fr is not supported"),
-    ({"q": "x", "source": "en", "target": "en"}, 400, "both 'en'"),
-    ({"q": "x", "source": "auto", "target": "de"}, 400, "source=auto"),
-    ({"q": "x", **EN_DE, "format": "html"}, 400, "format=html is not supported yet"),
-    ({"q": [], **EN_DE}, 400, "empty list"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"q": "x" * 5001, **EN_DE}, 413, "request (5001 characters) exceeds the limit of 5000 characters (max_chars)"),
+        ({"q": ["x" * 100] * 49 + ["x" * 101], **EN_DE}, 413, "5001 characters"),  # summed over the list
+        ({"q": ["a"] * 51, **EN_DE}, 400, "q has 51 texts, over the limit of 50 (max_items)"),
+        ({"q": "w " * 300, **EN_DE}, 400, "a sentence has 301 tokens, over the limit of 200 (max_sentence_tokens)"),
+        ({"q": "x", **EN_DE, "beam_size": 9}, 400, "max_beam_size"),
+        ({"q": "x", **EN_DE, "alternatives": 6}, 400, "max_alternatives"),
+        ({"q": "x", "source": "en", "target": "fr"}, 400, "en->fr is not supported"),
+        ({"q": "x", "source": "xx", "target": "de"}, 400, "xx->de is not supported"),
+        ({"q": "x", "source": "en", "target": "en"}, 400, "both 'en'"),
+        ({"q": "x", "source": "auto", "target": "fr"}, 400, "source=auto: the model does not translate into 'fr'"),
+        ({"q": [], **EN_DE}, 400, "empty list"),
+    ],
+)
 async def test_limits_and_bad_fields(body: dict[str, Any], status: int, message: str) -> None:
     fake = FakeTranslator()
     async with serve(fake) as (client, _):
@@ -100,34 +153,190 @@ async def test_limits_and_bad_fields(body: dict[str, Any], status: int, message:
     assert len(fake.calls) == 1  # only the canary: nothing over a limit reaches the engine, nothing is truncated
 
 
-@pytest.mark.parametrize(("content", "ctype", "status", "message"), [
-    (b'{"q": "x", "source": ', "application/json", 422, "not valid JSON"),
-    (b"\xff\xfe\x00garbage", "application/json", 422, "not valid JSON"),
-    (b'{"q": 5, "source": "en", "target": "de"}', "application/json", 422, "q"),
-    (b'{"q": ["ok", 3], "source": "en", "target": "de"}', "application/json", 422, "q"),
-    (b'{"q": {"a": 1}, "source": "en", "target": "de"}', "application/json", 422, "q"),
-    (b'{"source": "en", "target": "de"}', "application/json", 422, "q: Field required"),
-    (b'{"q": "x", "source": "en", "target": "de", "alternatives": "many"}', "application/json", 422, "alternatives"),
-    (b'{"q": "x", "source": "en", "target": "de", "alternatives": -1}', "application/json", 422, "alternatives"),
-    (b'"just a string"', "application/json", 422, "JSON object"),
-    (b'{"q": ' + b"[" * 20000 + b"]" * 20000 + b', "source": "en", "target": "de"}', "application/json", 422, ""),
-    (b"alternatives=x&q=a&source=en&target=de", "application/x-www-form-urlencoded", 422, "alternatives"),
-    (b"source=en&target=de", "application/x-www-form-urlencoded", 422, "q"),
-    (b"--nope\r\ngarbage", "multipart/form-data; boundary=nope", 422, ""),
-    (b"q=x&source=en&target=de", "text/plain", 415, "content type"),
-    (b"q=x&source=en&target=de", "", 415, "content type"),
-])
+@pytest.mark.parametrize(
+    ("content", "ctype", "status", "message"),
+    [
+        (b'{"q": "x", "source": ', "application/json", 422, "not valid JSON"),
+        (b"\xff\xfe\x00garbage", "application/json", 422, "not valid JSON"),
+        (b'{"q": 5, "source": "en", "target": "de"}', "application/json", 422, "q"),
+        (b'{"q": ["ok", 3], "source": "en", "target": "de"}', "application/json", 422, "q"),
+        (b'{"q": {"a": 1}, "source": "en", "target": "de"}', "application/json", 422, "q"),
+        (b'{"source": "en", "target": "de"}', "application/json", 422, "invalid request: q is required"),
+        (
+            b'{"q": "x", "source": "en", "target": "de", "alternatives": "many"}',
+            "application/json",
+            422,
+            "alternatives",
+        ),
+        (b'{"q": "x", "source": "en", "target": "de", "alternatives": -1}', "application/json", 422, "alternatives"),
+        (b'{"q": "x", "source": "en", "target": "de", "format": "pdf"}', "application/json", 422, "format"),
+        (b'"just a string"', "application/json", 422, "JSON object"),
+        (b"[1, 2]", "application/json", 422, "JSON object"),
+        (b'{"q": ' + b"[" * 50000 + b"]" * 50000 + b', "source": "en", "target": "de"}', "application/json", 422, ""),
+        (b"alternatives=x&q=a&source=en&target=de", "application/x-www-form-urlencoded", 422, "alternatives"),
+        (b"source=en&target=de", "application/x-www-form-urlencoded", 422, "q"),
+        (b"--nope\r\ngarbage", "multipart/form-data; boundary=nope", 422, ""),
+        (b"q=x&source=en&target=de", "text/plain", 415, "content type"),
+        (b"q=x&source=en&target=de", "", 415, "content type"),
+    ],
+)
 async def test_malformed_bodies_are_4xx_json(content: bytes, ctype: str, status: int, message: str) -> None:
-    async with serve() as (client, _):
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
         r = await client.post("/translate", content=content, headers={"content-type": ctype} if ctype else {})
     assert r.status_code == status, r.text
     assert list(r.json()) == ["error"] and message in r.json()["error"]
+    assert len(fake.calls) == 1  # only the canary
+
+
+INTERNAL_WORDS = ("sys.", "recursion", "codec", "Expecting", "Input should", "pydantic", "Traceback", "[type=")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"q": "x", "source": "en", "target": "de", "beam_size": ' + b"1" * 5000 + b"}", "more than 18 digits"),
+        (
+            b'{"q": ' + b"[" * 5000 + b"]" * 5000 + b', "source": "en", "target": "de"}',
+            "nests arrays or objects too deeply",
+        ),
+        (b'{"q": "x", "source": "en", "target": "de", "beam_size": NaN}', "NaN is not a JSON value"),
+        (b'{"q": "x", "source": "en", "target": "de", "beam_size": -Infinity}', "-Infinity is not a JSON value"),
+        (b'{"q": "\xe4", "source": "en", "target": "de"}', "body is not valid JSON: it is not UTF-8 text"),
+        (gzip.compress(b'{"q": "x", "source": "en", "target": "de"}', mtime=0), "not UTF-8 text"),  # no header
+        (b'{"q": "x",\n "source": }', "body is not valid JSON: syntax error at line 2, column 12"),
+        (b'{"q": "x", "source": "en", "target": "de", "beam_size": 1e400}', "beam_size must be a whole number"),
+        (b'{"q": ["a", {"b": 1}], "source": "en", "target": "de"}', "q must be a text or a list of texts: item 1 is"),
+        (b'{"q": "x", "source": "", "target": "de"}', 'source must have at least 1 character, not the text ""'),
+        (b'{"q": "x", "source": "en", "target": "de", "format": "pdf"}', "format must be 'text' or 'html'"),
+    ],
+    ids=["huge-int", "deep", "nan", "-inf", "latin-1", "gzip", "syntax", "1e400", "q-item", "empty", "format"],
+)
+async def test_422_messages_are_in_our_own_words(content: bytes, message: str) -> None:
+    async with serve() as (client, _):
+        r = await client.post("/translate", content=content, headers={"content-type": "application/json"})
+    assert (r.status_code, list(r.json())) == (422, ["error"]), r.text
+    error = r.json()["error"]
+    assert message in error and not [w for w in INTERNAL_WORDS if w in error], error
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "shown"),
+    [
+        ("beam_size", True, "true"),
+        ("beam_size", "4", 'the text "4"'),
+        ("beam_size", 4.0, "the number 4.0"),
+        ("beam_size", 2.5, "the number 2.5"),
+        ("alternatives", False, "false"),
+        ("alternatives", "1", 'the text "1"'),
+        ("alternatives", None, "null"),
+        ("beam_size", [4], "a list"),
+    ],
+)
+async def test_numeric_fields_take_json_integers_only(field: str, value: Any, shown: str) -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": "x", **EN_DE, field: value})
+    assert r.status_code == 422, r.text
+    example = 4 if field == "beam_size" else 2
+    assert r.json() == {
+        "error": f"invalid request: {field} must be a whole number written as a JSON integer, such as {example}, "
+        f"not {shown}"
+    }
+    assert len(fake.calls) == 1
+
+
+async def test_form_bodies_write_numbers_in_decimal_digits() -> None:
+    fake = FakeTranslator()
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    async with serve(fake) as (client, _):
+        r = await client.post(
+            "/translate", content=b"q=x&source=en&target=de&beam_size=06&alternatives=1", headers=form
+        )
+        assert r.status_code == 200 and (fake.options[-1].beam_size, fake.options[-1].num_hypotheses) == (6, 2)
+        r = await client.post("/translate", content=b"q=x&source=en&target=de&beam_size=&alternatives=", headers=form)
+        assert r.status_code == 200 and (fake.options[-1].beam_size, fake.options[-1].num_hypotheses) == (4, 1)
+        for raw, shown in [
+            ("true", '"true"'),
+            ("4.0", '"4.0"'),
+            ("%2B4", '"+4"'),
+            ("%204", '" 4"'),
+            ("%D9%A4", '"\\u0664"'),
+        ]:
+            r = await client.post(
+                "/translate", content=f"q=x&source=en&target=de&beam_size={raw}".encode(), headers=form
+            )
+            assert r.status_code == 422, raw
+            assert r.json() == {
+                "error": "invalid request: beam_size must be a whole number written in decimal digits, such as 4, "
+                f"not the text {shown}"
+            }
+    assert len(fake.calls) == 3  # the canary and the two good requests
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "gzip, identity"])
+async def test_compressed_bodies_are_415(encoding: str) -> None:
+    fake = FakeTranslator()
+    body = gzip.compress(b'{"q": "x", "source": "en", "target": "de"}')
+    async with serve(fake) as (client, _):
+        r = await client.post(
+            "/translate", content=body, headers={"content-type": "application/json", "content-encoding": encoding}
+        )
+        assert r.status_code == 415 and r.headers["accept-encoding"] == "identity"
+        assert r.json()["error"].startswith(f"unsupported content encoding {encoding!r}: send the body uncompressed")
+        plain = {"content-type": "application/json", "content-encoding": "identity"}
+        r = await client.post("/translate", content=b'{"q": "x", "source": "en", "target": "de"}', headers=plain)
+        assert r.json() == {"translatedText": "X"}
+    assert fake.translated[1:] == ["x"]
+
+
+async def test_frontend_settings_state_the_request_limits() -> None:
+    async with serve(max_chars=123, max_items=7, max_queue_items=99, max_beam_size=3, max_alternatives=2) as (c, _):
+        settings = (await c.get("/frontend/settings")).json()
+    assert {k: settings[k] for k in ("char_limit", "max_items", "max_queue_items", "max_beam_size")} == {
+        "char_limit": 123,
+        "max_items": 7,
+        "max_queue_items": 99,
+        "max_beam_size": 3,
+    }
+    assert (settings["max_alternatives"], settings["max_sentence_tokens"]) == (2, 200)
+
+
+async def test_a_body_over_max_body_bytes_is_413_before_it_is_parsed() -> None:
+    deep = ("[" * 100_000 + "]" * 100_000).encode()  # would be a 422 if it were parsed
+
+    async def chunks() -> AsyncIterator[bytes]:  # no content-length: the limit is counted while reading
+        for start in range(0, len(deep), 4096):
+            yield deep[start : start + 4096]
+
+    async with serve(max_body_bytes=10_000) as (client, _):
+        r = await client.post("/translate", content=deep, headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text
+        assert r.json() == {"error": "request body (200000 bytes) exceeds the limit of 10000 bytes (max_body_bytes)"}
+        r = await client.post("/translate", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text
+        assert r.json() == {"error": "request body exceeds the limit of 10000 bytes (max_body_bytes)"}
+
+
+async def test_lone_surrogates_are_replaced_not_an_error() -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        r = await client.post(
+            "/translate",
+            content=b'{"q": "\\ud800 x", "source": "en", "target": "de"}',
+            headers={"content-type": "application/json"},
+        )
+    assert r.status_code == 200, r.text
+    assert r.json() == {"translatedText": "X ?"}
+    assert fake.translated[1:] == ["? x"]  # the engine only ever sees encodable text
 
 
 async def test_engine_errors_are_mapped_and_the_server_keeps_serving(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeTranslator()
-    fake.fail_on = {"long one": InputTooLongError("a sentence has 999 tokens; the model accepts at most 512"),
-                    "boom": RuntimeError("engine exploded")}
+    fake.fail_on = {
+        "long one": InputTooLongError("a sentence has 999 tokens; the model accepts at most 512"),
+        "boom": RuntimeError("engine exploded"),
+    }
     async with serve(fake) as (client, _):
         r = await client.post("/translate", json={"q": "long one", **EN_DE})
         assert r.status_code == 400 and "512" in r.json()["error"]
@@ -140,8 +349,7 @@ async def test_engine_errors_are_mapped_and_the_server_keeps_serving(caplog: pyt
 
 
 async def test_model_length_limit_is_checked_before_queueing() -> None:
-    fake = FakeTranslator()
-    fake.max_source_tokens = 4  # type: ignore[attr-defined]
+    fake = FakeTranslator(max_source_tokens=4)
     async with serve(fake) as (client, _):
         r = await client.post("/translate", json={"q": "one two three four five", **EN_DE})
         assert r.status_code == 400 and "the model's limit of 4" in r.json()["error"]

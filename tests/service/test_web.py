@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -10,12 +11,27 @@ from typing import Any
 
 import httpx
 import pytest
-from livesrv import live_server
 
-from engine.translator import Translator
+from tests.service.harness import live_server
+from transduce.engine.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+DOCS_SCREENSHOT = ROOT / "docs" / "screenshot.png"  # the README's picture: refreshed only when asked
+UPDATE_SCREENSHOT = "TRANSDUCE_UPDATE_SCREENSHOT"
+
+
+def save_screenshot(browser: Any, tmp_path: Path) -> Path:
+    """Screenshot into the test's own folder; with TRANSDUCE_UPDATE_SCREENSHOT=1 also over docs/screenshot.png."""
+    shot = tmp_path / "screenshot.png"
+    assert browser.save_screenshot(str(shot)) and shot.read_bytes().startswith(b"\x89PNG")
+    if os.environ.get(UPDATE_SCREENSHOT) == "1":
+        DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
+        shutil.copyfile(shot, DOCS_SCREENSHOT)
+        print(f"screenshot: {shot}, copied to {DOCS_SCREENSHOT}")
+    else:
+        print(f"screenshot: {shot} ({UPDATE_SCREENSHOT}=1 copies it to {DOCS_SCREENSHOT})")
+    return shot
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +43,22 @@ def web_url(default_translator: Translator) -> Iterator[str]:
 
 def test_static_page_is_self_contained(web_url: str) -> None:
     html = httpx.get(web_url + "/").text
-    for element in ('id="source"', 'id="target"', 'id="swap"', 'id="translate"', 'id="copy"', 'id="counter"',
-                    'href="/docs"'):
+    for element in (
+        'id="source"',
+        'id="target"',
+        'id="swap"',
+        'id="translate"',
+        'id="copy"',
+        'id="counter"',
+        'href="/docs"',
+        'rel="icon"',
+    ):
         assert element in html
-    for asset in ("/", "/static/app.js", "/static/style.css"):
+    icon = httpx.get(web_url + "/favicon.ico")
+    assert (
+        icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml") and b"<svg" in icon.content
+    )
+    for asset in ("/", "/static/app.js", "/static/style.css", "/static/favicon.svg"):
         body = httpx.get(web_url + asset).text
         assert not re.search(r"(src|href)=[\"']https?://", body), asset
         assert "cdn" not in body.lower()
@@ -39,7 +67,7 @@ def test_static_page_is_self_contained(web_url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Debian's Chromium, headless, through chromium-driver (never a downloaded browser)."""
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.skip("Debian chromium/chromium-driver are not installed (apt-get install chromium chromium-driver)")
@@ -48,10 +76,19 @@ def browser() -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    profile = Path(__import__("tempfile").mkdtemp(prefix="transduce-chromium-"))
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1100,720", f"--user-data-dir={profile}"):
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1100,720",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
@@ -60,7 +97,7 @@ def browser() -> Iterator[Any]:
     shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
+def test_translate_in_the_browser(browser: Any, web_url: str, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -80,8 +117,7 @@ def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
     wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
     assert browser.find_element(By.ID, "output").get_attribute("value") == expected["translatedText"]
     assert "ms" in browser.find_element(By.ID, "status").text
-    ROOT.joinpath("docs").mkdir(exist_ok=True)
-    browser.save_screenshot(str(ROOT / "docs" / "screenshot.png"))
+    save_screenshot(browser, tmp_path)
 
     # Ctrl+Enter translates too, to the same text
     browser.execute_script("document.getElementById('output').value = ''")
@@ -90,12 +126,15 @@ def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
     assert browser.find_element(By.ID, "output").get_attribute("value") == expected["translatedText"]
 
     # copy puts the translation on the clipboard
-    browser.execute_cdp_cmd("Browser.grantPermissions", {"origin": web_url, "permissions": [
-        "clipboardReadWrite", "clipboardSanitizedWrite"]})
+    browser.execute_cdp_cmd(
+        "Browser.grantPermissions",
+        {"origin": web_url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]},
+    )
     browser.find_element(By.ID, "copy").click()
     wait.until(lambda d: "copied" in d.find_element(By.ID, "status").text)
-    clipboard = browser.execute_async_script("navigator.clipboard.readText().then(arguments[0], e => arguments[0]('"
-                                             "ERR ' + e))")
+    clipboard = browser.execute_async_script(
+        "navigator.clipboard.readText().then(arguments[0], e => arguments[0]('ERR ' + e))"
+    )
     assert clipboard == expected["translatedText"]
 
     # swap: languages change sides and the translation becomes the input
@@ -106,20 +145,65 @@ def test_translate_in_the_browser(browser: Any, web_url: str) -> None:
     assert box.get_attribute("value") == translation
     assert browser.find_element(By.ID, "output").get_attribute("value") == ""
 
-    # an API error is shown to the user: over the server's 200-character limit
+    # "Detect language": the detected language is shown beside the translation
+    Select(browser.find_element(By.ID, "source")).select_by_value("auto")
+    Select(browser.find_element(By.ID, "target")).select_by_value("en")
+    box.clear()
+    box.send_keys("Und Gott sprach: Es werde Licht! Und es ward Licht.")
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: d.find_element(By.ID, "detected").text)
+    assert browser.find_element(By.ID, "detected").text.startswith("Detected: German (")
+    assert browser.find_element(By.ID, "output").get_attribute("value")
+
+    # an API error is shown to the user in plain words, the API's message as the detail, and the old output goes
     box.clear()
     box.send_keys("a" * 250)
     assert "over" in (browser.find_element(By.ID, "counter").get_attribute("class") or "")
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
-    assert "exceeds the limit of 200 characters" in browser.find_element(By.ID, "error").text
+    error = browser.find_element(By.ID, "error").text
+    assert error.startswith("The text is too long: this server translates up to 200 characters at a time.")
+    assert "Details: request (250 characters) exceeds the limit of 200 characters" in error
+    assert browser.find_element(By.ID, "output").get_attribute("value") == ""
+    assert browser.find_element(By.ID, "detected").text == ""
+
+
+def test_translate_a_file_in_the_browser(browser: Any, web_url: str, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    lines = ["In the beginning God created the heaven and the earth.", "", "And God saw the light."]
+    source = tmp_path / "genesis.txt"
+    source.write_text("\n".join(lines))
+    wait = WebDriverWait(browser, 30)
+    browser.get(web_url + "/")
+    wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
+    assert not browser.find_element(By.ID, "file-pane").is_displayed()
+    browser.find_element(By.ID, "tab-file").click()
+    assert browser.find_element(By.ID, "file-pane").is_displayed()
+    assert not browser.find_element(By.ID, "input").is_displayed()
+    browser.find_element(By.ID, "translate-file").click()  # no file chosen yet: said in plain words
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "Choose a file" in browser.find_element(By.ID, "error").text
+    browser.find_element(By.ID, "file").send_keys(str(source))
+    browser.find_element(By.ID, "translate-file").click()
+    wait.until(lambda d: d.find_element(By.ID, "file-link").is_displayed())
+    link = browser.find_element(By.ID, "file-link")
+    assert link.text == "Download genesis.de.txt" and not browser.find_element(By.ID, "error").is_displayed()
+    got = httpx.get(link.get_attribute("href")).text.split("\n")
+    expected = [
+        httpx.post(web_url + "/translate", json={"q": line, "source": "en", "target": "de"}).json()["translatedText"]
+        for line in lines
+    ]
+    assert got == expected and got[1] == ""
 
 
 def test_narrow_screen_stacks_the_panes(browser: Any, web_url: str) -> None:
     from selenium.webdriver.common.by import By
 
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                            {"width": 390, "height": 800, "deviceScaleFactor": 1, "mobile": True})
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 390, "height": 800, "deviceScaleFactor": 1, "mobile": True}
+    )
     try:
         browser.get(web_url + "/")
         source, output = browser.find_element(By.ID, "input").rect, browser.find_element(By.ID, "output").rect

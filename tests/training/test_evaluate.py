@@ -6,23 +6,44 @@ from pathlib import Path
 
 import pytest
 
-from training.evaluate import evaluate, read_tsv
 from transduce.cli import main
+from transduce.training.evaluate import evaluate, read_tsv
 
 
-def test_eval_groups_references_and_reports_per_origin(tiny_model_dir: Path, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_groups_references_and_reports_per_origin(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tsv = tmp_path / "test.tsv"
-    tsv.write_text("origin\ten\tde\nbible\tThe cat sees the dog.\tDie Katze sieht den Hund.\n"
-                   "bible\tThe cat sees the dog.\tDie Katze erblickt den Hund.\n"
-                   "gettext\tOpen the file\tDatei öffnen\n")
+    tsv.write_text(
+        "origin\ten\tde\nbible\tThe cat sees the dog.\tDie Katze sieht den Hund.\n"
+        "bible\tThe cat sees the dog.\tDie Katze erblickt den Hund.\n"
+        "gettext\tOpen the file\tDatei öffnen\n"
+    )
     assert len(read_tsv(tsv, "en", "de")) == 3
     results = evaluate(tiny_model_dir, tsv, source="en", target="de", beam_size=1, progress=False)
     by_origin = {r.origin: r for r in results}
     assert by_origin["all"].sentences == 2 and by_origin["bible"].sentences == 1  # one source, two references
     assert all(0.0 <= r.bleu <= 100.0 and 0.0 <= r.chrf <= 100.0 for r in results)
-    assert main(["eval", "--model", str(tiny_model_dir), "--tsv", str(tsv), "-s", "de", "-t", "en",
-                 "--beam-size", "1"]) == 0
+    assert (
+        main(["eval", "--model", str(tiny_model_dir), "--tsv", str(tsv), "-s", "de", "-t", "en", "--beam-size", "1"])
+        == 0
+    )
     assert "| all | de->en | 3 |" in capsys.readouterr().out
     assert main(["eval", "--model", str(tiny_model_dir), "--tsv", str(tsv), "-s", "en", "-t", "fr"]) == 1
     assert "header must name" in capsys.readouterr().err
+
+
+def test_headerless_dev_sets_take_their_columns_from_the_file_name(tiny_model_dir: Path, tmp_path: Path) -> None:
+    dev = tmp_path / "newstest2013.en-de.tsv"  # the format of shared/data/dev: English<TAB>German, no header
+    dev.write_text("A house.\tEin Haus.\nThe dog.\tDer Hund.\n")
+    rows = [("newstest2013", "A house.", "Ein Haus."), ("newstest2013", "The dog.", "Der Hund.")]
+    assert read_tsv(dev, "en", "de") == rows
+    assert read_tsv(dev, "de", "en")[1] == ("newstest2013", "Der Hund.", "The dog.")
+    with pytest.raises(ValueError, match=r"end in \.en-fr\.tsv"):
+        read_tsv(dev, "en", "fr")
+    plain = tmp_path / "plain.tsv"
+    plain.write_text("A house.\tEin Haus.\n")
+    with pytest.raises(ValueError, match="header must name"):
+        read_tsv(plain, "en", "de")
+    results = evaluate(tiny_model_dir, dev, source="en", target="de", beam_size=1, progress=False)
+    assert [(r.origin, r.sentences) for r in results] == [("all", 2)]  # each sentence counted once

@@ -5,20 +5,31 @@ from __future__ import annotations
 import dataclasses
 import random
 import socket
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
-from model.checkpoint import load_raw
-from model.tokenizer import Tokenizer
-from training.average import average_checkpoints
-from training.batching import make_examples, read_pairs, token_batches
-from training.config import TrainConfig, noam_lr
-from training.train import Trainer
+from transduce.model.checkpoint import load_raw
+from transduce.tokenizer import Tokenizer
+from transduce.training.average import average_checkpoints
+from transduce.training.batching import collate, make_examples, read_pairs, token_batches
+from transduce.training.config import TrainConfig, noam_lr
+from transduce.training.train import Trainer, load_weights
 
-WORDS = [("house", "Haus"), ("cat", "Katze"), ("dog", "Hund"), ("big", "gross"), ("small", "klein"),
-         ("red", "rot"), ("the", "das"), ("sees", "sieht"), ("water", "Wasser"), ("night", "Nacht")]
+WORDS = [
+    ("house", "Haus"),
+    ("cat", "Katze"),
+    ("dog", "Hund"),
+    ("big", "gross"),
+    ("small", "klein"),
+    ("red", "rot"),
+    ("the", "das"),
+    ("sees", "sieht"),
+    ("water", "Wasser"),
+    ("night", "Nacht"),
+]
 
 
 def write_corpus(path: Path, n: int = 400, seed: int = 0) -> Path:
@@ -35,9 +46,25 @@ def write_corpus(path: Path, n: int = 400, seed: int = 0) -> Path:
     return path
 
 
-TINY = TrainConfig(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1, vocab_size=60,
-                   max_tokens=512, max_len=32, tokenizer_sample=2000, warmup_steps=5, eval_examples=40,
-                   bleu_sentences=5, checkpoint_minutes=1000, threads=1, precision="fp32", dropout=0.1)
+TINY = TrainConfig(
+    d_model=32,
+    n_heads=4,
+    d_ff=64,
+    n_encoder_layers=1,
+    n_decoder_layers=1,
+    vocab_size=60,
+    max_tokens=512,
+    max_len=32,
+    tokenizer_sample=2000,
+    warmup_steps=5,
+    eval_examples=40,
+    bleu_sentences=5,
+    checkpoint_minutes=1000,
+    threads=1,
+    precision="fp32",
+    dropout=0.1,
+    origin_weights=(),
+)
 
 
 def test_noam_schedule_peaks_at_warmup() -> None:
@@ -57,6 +84,10 @@ def test_token_batches_respect_the_budget_and_cover_the_data(tmp_path: Path) -> 
         assert longest * len(batch) <= 256 or len(batch) == 1
     weighted = token_batches(examples, 256, random.Random(0), {"ding": 0.0})
     assert all(examples[i].origin != "ding" for b in weighted for i in b)
+    counts = Counter(i for b in token_batches(examples, 256, random.Random(0), {"ding": 2.5}) for i in b)
+    ding = [i for i, ex in enumerate(examples) if ex.origin == "ding"]
+    assert {counts[i] for i in ding} == {2, 3} and abs(sum(counts[i] for i in ding) / len(ding) - 2.5) < 0.25
+    assert all(counts[i] == 1 for i, ex in enumerate(examples) if ex.origin != "ding")  # weight 1: exactly once
 
 
 def test_examples_are_bidirectional_and_tagged(tmp_path: Path) -> None:
@@ -84,12 +115,29 @@ def test_loss_goes_down_and_resume_matches_uninterrupted(tmp_path: Path) -> None
     assert (tmp_path / "b" / "average.pt").is_file() and (tmp_path / "b" / "metrics.jsonl").is_file()
 
 
+def test_warm_start_takes_the_checkpoints_weights_tokenizer_and_dimensions(tmp_path: Path) -> None:
+    data = write_corpus(tmp_path / "data")
+    first = Trainer(data, tmp_path / "first", dataclasses.replace(TINY, max_steps=30), progress=False)
+    first.run()
+    wider = dataclasses.replace(
+        TINY, d_model=64, vocab_size=80, max_steps=5, init_from=str(tmp_path / "first" / "last.pt")
+    )
+    warm = Trainer(data, tmp_path / "warm", wider, progress=False)
+    assert (warm.cfg.d_model, warm.cfg.vocab_size, warm.step) == (32, first.tokenizer.vocab_size, 0)
+    assert (tmp_path / "warm" / "tokenizer.model").read_bytes() == (tmp_path / "first" / "tokenizer.model").read_bytes()
+    assert warm.evaluate(bleu=False)["dev_loss"] == pytest.approx(first.evaluate(bleu=False)["dev_loss"], abs=1e-5)
+    warm.run()
+    resumed = Trainer(data, tmp_path / "warm", dataclasses.replace(wider, max_steps=6), progress=False)
+    assert resumed.step == 5  # an existing run resumes; init_from is not applied again
+    with pytest.raises(ValueError, match="does not fit the model"):
+        load_weights(resumed.model, {"bogus.weight": torch.zeros(1)}, "bogus.pt")
+
+
 def test_average_is_the_mean(tmp_path: Path) -> None:
     data = write_corpus(tmp_path / "data", n=60)
     trainer = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=2), progress=False)
     one = trainer.save()
-    trainer.train_step(next(iter([__import__("training.batching").batching.collate(
-        trainer.train_examples[:4], 0, trainer.mcfg.decoder_start_id, trainer.mcfg.eos_id)])))
+    trainer.train_step(collate(trainer.train_examples[:4], 0, trainer.mcfg.decoder_start_id, trainer.mcfg.eos_id))
     two = trainer.save()
     out = average_checkpoints([one, two], tmp_path / "avg.pt")
     a, b, avg = (load_raw(p)["state_dict"] for p in (one, two, out))
@@ -104,10 +152,41 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     from transduce.cli import main
 
     data = write_corpus(tmp_path / "data", n=100)
-    code = main(["train", "--data", str(data), "--out", str(tmp_path / "run"), "--d-model", "32", "--n-heads", "4",
-                 "--d-ff", "64", "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--vocab-size", "60",
-                 "--max-tokens", "512", "--max-len", "32", "--tokenizer-sample", "1000", "--max-steps", "3",
-                 "--bleu-sentences", "2", "--threads", "1", "--export-fp16", str(tmp_path / "ship.pt")])
+    code = main(
+        [
+            "train",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "run"),
+            "--d-model",
+            "32",
+            "--n-heads",
+            "4",
+            "--d-ff",
+            "64",
+            "--n-encoder-layers",
+            "1",
+            "--n-decoder-layers",
+            "1",
+            "--vocab-size",
+            "60",
+            "--max-tokens",
+            "512",
+            "--max-len",
+            "32",
+            "--tokenizer-sample",
+            "1000",
+            "--max-steps",
+            "3",
+            "--bleu-sentences",
+            "2",
+            "--threads",
+            "1",
+            "--export-fp16",
+            str(tmp_path / "ship.pt"),
+        ]
+    )
     assert code == 0
     assert '"steps": 3' in capsys.readouterr().out
     shipped = load_raw(tmp_path / "ship.pt")
@@ -125,8 +204,9 @@ def _free_port() -> int:
 def _ddp_worker(rank: int, world: int, port: int, data: str, out: str) -> None:
     import os
 
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)})
+    os.environ.update(
+        {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    )
     trainer = Trainer(data, out, dataclasses.replace(TINY, max_steps=4, bleu_sentences=0), progress=False)
     torch.save(trainer.model.state_dict(), Path(out) / f"init{rank}.pt")
     trainer.run()

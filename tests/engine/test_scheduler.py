@@ -1,0 +1,159 @@
+"""The step scheduler on the tiny model: outputs equal standalone decoding through joins and leaves, fairness,
+cancellation, deadlines, queue limits and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
+from transduce.engine.options import DecodeOptions, SchedulerConfig
+from transduce.engine.scheduler import StepScheduler, StepStats
+from transduce.engine.translator import Translator
+
+pytestmark = pytest.mark.anyio
+EN = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!", "The small dog runs."]
+DE = ["Hallo Welt.", "Die Katze sieht den Hund.", "Ein grosses rotes Haus.", "Gute Nacht!", "Der Hund rennt."]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def running(translator: Translator, **config: Any) -> AsyncIterator[tuple[StepScheduler, list[StepStats]]]:
+    steps: list[StepStats] = []
+    scheduler = StepScheduler(translator, SchedulerConfig(**config), on_step=steps.append)
+    await scheduler.start()
+    try:
+        yield scheduler, steps
+    finally:
+        await scheduler.stop(drain=False, timeout=10)
+
+
+def standalone(translator: Translator, texts: list[str], source: str, target: str, options: DecodeOptions) -> list:
+    return [r.tokens for r in translator.translate(texts, source_lang=source, target_lang=target, options=options)]
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize("batch_size", [2, 32])
+async def test_outputs_equal_standalone_decoding_through_joins_and_leaves(
+    tiny_translator: Translator, batch_size: int
+) -> None:
+    """Greedy and beam, both directions, n-best: requests arrive while others decode, sentences join and leave."""
+    cases = [
+        (EN, "en", "de", DecodeOptions(beam_size=1)),
+        (DE, "de", "en", DecodeOptions(beam_size=3, num_hypotheses=2, return_scores=True)),
+        (EN[::-1], "en", "de", DecodeOptions(beam_size=3)),
+        (DE[:2], "de", "en", DecodeOptions(beam_size=1, max_decoding_length=4)),
+    ]
+    async with running(tiny_translator, max_batch_size=batch_size) as (scheduler, steps):
+        tasks = []
+        for texts, source, target, options in cases:
+            tasks.append(
+                asyncio.create_task(scheduler.submit(texts, source_lang=source, target_lang=target, options=options))
+            )
+            await wait_for(lambda: len(steps) >= 2 * len(tasks))  # the next request joins a batch mid-decode
+        results = await asyncio.gather(*tasks)
+    for (texts, source, target, options), timed in zip(cases, results, strict=True):
+        assert [t.result.tokens for t in timed] == standalone(tiny_translator, texts, source, target, options)
+        assert all(t.started <= t.finished for t in timed)
+        if options.return_scores:
+            expected = tiny_translator.translate(texts, source_lang=source, target_lang=target, options=options)
+            for t, e in zip(timed, expected, strict=True):
+                assert t.result.scores == pytest.approx(e.scores, abs=1e-4)
+    assert max(s.active for s in steps) <= batch_size
+    assert sum(s.finished for s in steps) == sum(len(c[0]) for c in cases)
+
+
+async def test_a_short_request_starts_within_a_few_steps_behind_a_heavy_one(tiny_translator: Translator) -> None:
+    heavy = [f"{EN[i % 5]} {EN[(i + 1) % 5]} {EN[(i + 2) % 5]}" for i in range(24)]
+    options = DecodeOptions(beam_size=3)
+    async with running(tiny_translator, max_batch_size=4) as (scheduler, steps):
+        big = asyncio.create_task(scheduler.submit(heavy, source_lang="en", target_lang="de", options=options))
+        await wait_for(lambda: len(steps) >= 5)
+        assert scheduler.in_flight == 3  # one request holds 3 of the 4 places (request_share 0.75)
+        at_submit = len(steps)
+        (short,) = await scheduler.submit(["Hello world."], source_lang="en", target_lang="de")
+        own_steps = len(short.result.tokens[0]) + 1  # its tokens and eos (or its length cap)
+        assert len(steps) - at_submit <= own_steps + 3  # it started within a few steps of arriving
+        assert scheduler.queue_depth >= 10 and not big.done()  # the heavy request is far from done
+        big.cancel()
+    assert short.result.tokens == standalone(tiny_translator, ["Hello world."], "en", "de", DecodeOptions())[0]
+
+
+async def test_a_cancelled_request_leaves_the_queue_and_the_running_batch(tiny_translator: Translator) -> None:
+    async with running(tiny_translator, max_batch_size=4) as (scheduler, steps):
+        doomed = asyncio.create_task(scheduler.submit(EN * 3, source_lang="en", target_lang="de"))
+        await wait_for(lambda: scheduler.in_flight == 3)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        await wait_for(lambda: scheduler.in_flight == 0 and scheduler.queue_depth == 0)
+        left = len(steps)
+        other = await scheduler.submit(DE[:2], source_lang="de", target_lang="en")
+        assert [t.result.tokens for t in other] == standalone(tiny_translator, DE[:2], "de", "en", DecodeOptions())
+        assert sum(s.active for s in steps[left:]) <= sum(len(t.result.tokens[0]) + 1 for t in other) * 2
+
+
+async def test_deadline_passes_and_the_sentences_are_dropped(tiny_translator: Translator) -> None:
+    loop = asyncio.get_running_loop()
+    async with running(tiny_translator, max_batch_size=1) as (scheduler, _):
+        with pytest.raises(DeadlineExceededError):
+            await scheduler.submit(EN * 4, source_lang="en", target_lang="de", deadline=loop.time() + 0.05)
+        await wait_for(lambda: scheduler.in_flight == 0 and scheduler.queue_depth == 0)
+        with pytest.raises(DeadlineExceededError, match="before it was queued"):
+            await scheduler.submit(EN, source_lang="en", target_lang="de", deadline=loop.time() - 1)
+
+
+async def test_queue_limits_and_closed(tiny_translator: Translator) -> None:
+    async with running(tiny_translator, max_batch_size=1, max_queue_items=4) as (scheduler, _):
+        with pytest.raises(RequestTooLargeError):
+            await scheduler.submit(EN, source_lang="en", target_lang="de")
+        first = asyncio.create_task(scheduler.submit(EN[:4], source_lang="en", target_lang="de"))
+        await wait_for(lambda: scheduler.in_flight == 1)
+        with pytest.raises(QueueFullError):
+            await scheduler.submit(EN[:2], source_lang="en", target_lang="de")
+        assert len(await first) == 4
+        assert await scheduler.submit([], source_lang="en", target_lang="de") == []
+    with pytest.raises(BatcherClosedError):
+        await scheduler.submit(EN, source_lang="en", target_lang="de")
+    with pytest.raises(ValueError, match="max_batch_size"):
+        SchedulerConfig(max_batch_size=0)
+
+
+async def test_stop_drains_accepted_work(tiny_translator: Translator) -> None:
+    scheduler = StepScheduler(tiny_translator, SchedulerConfig(max_batch_size=2))
+    await scheduler.start()
+    task = asyncio.create_task(scheduler.submit(EN, source_lang="en", target_lang="de"))
+    await wait_for(lambda: scheduler.in_flight > 0)
+    await scheduler.stop(drain=True, timeout=30)
+    assert len(await task) == 5 and scheduler.closed
+
+
+async def test_the_io_binding_runner_merges_and_trims_the_same(
+    tiny_model_dir: Any, tiny_translator: Translator
+) -> None:
+    """The device-resident runner (run here on the CPU provider) joins sentences into a running batch too."""
+    from transduce.engine.iobinding_runner import IOBindingRunner
+
+    bound = Translator(tiny_model_dir, device="cpu", intra_threads=1)
+    bound.runner = IOBindingRunner(bound.runner.sessions)
+    options = DecodeOptions(beam_size=2)
+    async with running(bound, max_batch_size=3) as (scheduler, steps):
+        first = asyncio.create_task(scheduler.submit(EN, source_lang="en", target_lang="de", options=options))
+        await wait_for(lambda: len(steps) >= 3)
+        second = await scheduler.submit(DE, source_lang="de", target_lang="en", options=options)
+        assert [t.result.tokens for t in await first] == standalone(tiny_translator, EN, "en", "de", options)
+    assert [t.result.tokens for t in second] == standalone(tiny_translator, DE, "de", "en", options)

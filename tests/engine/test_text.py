@@ -1,0 +1,69 @@
+"""The one sentence splitter (segment) and re-joiner (Segmented.rejoin) that the service and the CLI share."""
+
+from __future__ import annotations
+
+import pytest
+
+from transduce.engine.text import Segmented, segment
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences", "separators"),
+    [
+        ("Hello world. How are you?", ["Hello world.", "How are you?"], [" ", ""]),
+        ("Stop!  Go…\tNow.", ["Stop!", "Go…", "Now."], ["  ", "\t", ""]),
+        ("It works, e.g. this stays whole.", ["It works, e.g. this stays whole."], [""]),
+        ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."], [" ", ""]),
+        ("(Ende.) Weiter geht's!", ["(Ende.)", "Weiter geht's!"], [" ", ""]),
+        ("line one\nline two\n\n  line three", ["line one", "line two", "line three"], ["\n", "\n\n  ", ""]),
+        ("Trailing space. ", ["Trailing space."], [" "]),
+        ("  Leading space.", ["Leading space."], [""]),
+        ("no end mark  ", ["no end mark"], ["  "]),  # trailing whitespace is never part of a sentence
+        ("spaces before  \na break", ["spaces before", "a break"], ["  \n", ""]),
+        ("e.g.  this stays whole", ["e.g.  this stays whole"], [""]),  # however many spaces follow "e.g."
+        ("", [], []),
+        (" \n\t ", [], []),
+    ],
+)
+def test_segment(text: str, sentences: list[str], separators: list[str]) -> None:
+    item = segment(text)
+    assert (list(item.sentences), list(item.separators)) == (sentences, separators)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "A. B. C.",
+        "Eins! Zwei?  Drei…\nVier",
+        "x",
+        'Wait... what? "Yes." No.\n\n',
+        "Mr. X. Ms. Y.",
+        "  \t Indented.  Two spaces after. \n",
+        "\u00a0No-break space first.",
+        "",
+        " \n\t ",
+    ],
+)
+def test_segments_put_back_together_give_the_text_exactly(text: str) -> None:
+    item = segment(text)
+    assert item.rejoin(item.sentences) == text
+    assert all(s and not s[0].isspace() and not s[-1].isspace() for s in item.sentences)
+
+
+def test_rejoin_keeps_the_source_whitespace_around_translations() -> None:
+    item = segment("Guten Morgen.\n\nWie geht es?  Gut.")
+    assert item.rejoin(["Good morning.", "How are you?", "Fine."]) == "Good morning.\n\nHow are you?  Fine."
+
+
+def test_leading_and_trailing_whitespace_of_the_text_is_kept() -> None:
+    item = segment("\n  Guten Morgen. Wie geht es?\t ")
+    assert (item.leading, item.sentences, item.separators[-1]) == ("\n  ", ("Guten Morgen.", "Wie geht es?"), "\t ")
+    assert item.rejoin(["Good morning.", "How are you?"]) == "\n  Good morning. How are you?\t "
+    assert segment("   ").rejoin([]) == "   "  # a blank text is all leading whitespace: it comes back as it was
+
+
+def test_rejoin_refuses_a_wrong_number_of_translations() -> None:
+    with pytest.raises(ValueError, match="2 translations for 3 sentences"):
+        segment("A. B. C.").rejoin(["a", "b"])
+    with pytest.raises(ValueError, match="1 translations for 0 sentences"):
+        Segmented((), ()).rejoin(["a"])

@@ -1,0 +1,103 @@
+"""The app over the tiny exported model (the real engine): what the fake translator cannot show.
+
+Request shapes, limits, errors and operations are tested over the fake (test_app_translate.py, test_app_ops.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from tests.service.harness import EN_DE, post_then_hang_up, serve, wait_until
+from transduce.engine.options import DecodeOptions
+from transduce.engine.translator import Translator
+
+pytestmark = pytest.mark.anyio
+SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!"]
+
+
+def alone(translator: Translator, text: str, *, beam: int = 4, n: int = 1, source: str = "en") -> list[str]:
+    """The engine's own hypotheses for ``text`` translated by itself (into the other language of en/de)."""
+    target = "de" if source == "en" else "en"
+    options = DecodeOptions(beam_size=beam, num_hypotheses=n)
+    return translator.translate([text], source_lang=source, target_lang=target, options=options)[0].hypotheses
+
+
+async def test_the_app_returns_what_the_engine_returns(tiny_translator: Translator) -> None:
+    async with serve(tiny_translator) as (client, _):
+        r = await client.post("/translate", json={"q": "Hello world.", **EN_DE})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"translatedText": alone(tiny_translator, "Hello world.")[0]}
+        r = await client.post("/translate", json={"q": SENTENCES, **EN_DE, "format": "text"})
+        assert r.json() == {"translatedText": [alone(tiny_translator, s)[0] for s in SENTENCES]}
+        r = await client.post("/translate", json={"q": "Tag", "source": "de", "target": "en", "beam_size": 1})
+        assert r.json() == {"translatedText": alone(tiny_translator, "Tag", beam=1, source="de")[0]}
+        r = await client.post("/translate", json={"q": "Hello world.", **EN_DE, "alternatives": 2})
+        expected = alone(tiny_translator, "Hello world.", n=3)
+        assert r.json() == {"translatedText": expected[0], "alternatives": expected[1:]}
+        ready = (await client.get("/health/ready")).json()
+        languages = (await client.get("/languages")).json()
+        metrics = (await client.get("/metrics")).text
+    assert ready["model"] == "tiny-random"  # the model's own name, from its manifest
+    assert languages == [
+        {"code": "de", "name": "German", "targets": ["en"]},
+        {"code": "en", "name": "English", "targets": ["de"]},
+    ]
+    padding = re.search(r"^transduce_padding_ratio ([0-9.e+-]+)$", metrics, re.MULTILINE)
+    assert padding and 0 < float(padding.group(1)) < 1  # the engine's padded batches, measured
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hello\x00world\x07 \x1b[31mred\x1b[0m",  # control characters
+        "zero\u200bwidth\u200djoiner\ufeff",  # zero-width characters and a BOM
+        "Hello Мир 世界 مرحبا",  # mixed scripts
+        "I love it 😀👍🏽 🇩🇪",  # emoji, skin tone, flag
+        "שלום עולם! مرحبا بالعالم",  # right-to-left text
+        "<p>Hello <b>world</b></p><script>alert(1)</script>",  # HTML sent as format=text
+        "a" * 1000,  # a 1,000-character single "word"
+        "\u0301\u0301\u0301",  # lone combining marks
+        "   leading and trailing   ",
+    ],
+)
+async def test_weird_but_valid_text_translates_or_passes(tiny_translator: Translator, text: str) -> None:
+    async with serve(tiny_translator) as (client, _):
+        r = await client.post("/translate", json={"q": text, **EN_DE, "format": "text"})
+    assert r.status_code in (200, 400), r.text
+    if r.status_code == 200:
+        assert isinstance(r.json()["translatedText"], str)
+    else:
+        assert "max_sentence_tokens" in r.json()["error"]  # the one limit such text may hit: named, not truncated
+
+
+async def test_10000_character_word(tiny_translator: Translator) -> None:
+    async with serve(tiny_translator, max_chars=20_000) as (client, _):
+        unknown = await client.post("/translate", json={"q": "x" * 10_000, **EN_DE})
+        known = await client.post("/translate", json={"q": "hello" * 2_000, **EN_DE})
+    assert unknown.status_code == 200  # one unknown piece: translated (bounded by source length + 50)
+    assert known.status_code == 400 and "max_sentence_tokens" in known.json()["error"]  # thousands of pieces
+    async with serve(tiny_translator) as (client, _):
+        r = await client.post("/translate", json={"q": "x" * 10_000, **EN_DE})
+    assert r.status_code == 413 and "max_chars" in r.json()["error"]
+
+
+async def test_the_step_scheduler_serves_joins_and_drops_a_client_that_left(tiny_translator: Translator) -> None:
+    """The production scheduler through the app: concurrent requests of both directions and beams equal the engine's
+    own output, and a client that hangs up mid-decode has its sentences dropped from the running batch."""
+    long_text = " ".join(SENTENCES * 4)
+    async with serve(tiny_translator, max_batch_size=4) as (client, app):
+        pipeline = app.state.transduce.pipeline
+        assert pipeline.status()["scheduler"] == "step"
+        call, hung_up = post_then_hang_up(app, {"q": long_text, **EN_DE, "beam_size": 3})
+        await wait_until(lambda: pipeline.queue.in_flight > 0)
+        answers = await asyncio.gather(
+            client.post("/translate", json={"q": SENTENCES[0], **EN_DE, "beam_size": 1}),
+            client.post("/translate", json={"q": "Guten Tag.", "source": "de", "target": "en"}),
+        )
+        hung_up.set()
+        await asyncio.wait_for(call, 10)
+        await wait_until(lambda: pipeline.queue.in_flight == 0 and pipeline.queue.queue_depth == 0)
+    assert answers[0].json() == {"translatedText": alone(tiny_translator, SENTENCES[0], beam=1)[0]}
+    assert answers[1].json() == {"translatedText": alone(tiny_translator, "Guten Tag.", source="de")[0]}

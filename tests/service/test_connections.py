@@ -1,0 +1,307 @@
+"""Connection limits of `transduce serve` over real sockets: idle and silent connections are closed, slow bodies get
+408, the connection cap makes room by closing idle connections or refuses with 503; repeated resource errors are
+logged once per interval.
+
+The servers here run the app under `transduce serve`'s own uvicorn configuration (``serve_cli.server_config``) on a
+socket bound by ``serve_cli.bind_socket``, in a thread; one test runs the `transduce serve` process itself."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import httpx
+import pytest
+import uvicorn
+
+from tests.service.harness import FakeTranslator, Gate, build_app, free_port, wait_ready
+from transduce.serve_cli import bind_socket, server_config
+from transduce.service.connections import ConnectionGuard, GuardedConnection
+from transduce.service.engine_api import TranslatorLike
+from transduce.service.logging import LogThrottle
+
+CLOSE_WAIT_S = 10.0  # generous: the machine may be busy; a connection left open fails the test after this long
+
+
+class Served(NamedTuple):
+    url: str
+    port: int
+    connections: ConnectionGuard
+
+
+@contextmanager
+def serving(translator: TranslatorLike, *, gate: Gate | None = None, **settings: Any) -> Iterator[Served]:
+    """The app under serve's uvicorn configuration on a free loopback port."""
+    app = build_app(translator, gate=gate, **settings)
+    sock = bind_socket("127.0.0.1", 0)
+    port = int(sock.getsockname()[1])
+    config = server_config(app, app.state.transduce.settings)
+    assert isinstance(config.http, type) and issubclass(config.http, GuardedConnection)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url)
+        yield Served(url, port, config.http.connections)
+    finally:
+        if gate is not None:
+            gate.release()
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=CLOSE_WAIT_S)
+
+
+def read_until_closed(conn: socket.socket) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and how long that took; fails if it never does."""
+    started, data = time.monotonic(), b""
+    with conn:
+        while True:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                pytest.fail(f"connection still open after {CLOSE_WAIT_S} s; got {data[:80]!r}")
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    return data, time.monotonic() - started
+
+
+def read_response(conn: socket.socket) -> bytes:
+    """One whole HTTP response (headers and a Content-Length body) from ``conn``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed mid-response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(line.split(b":")[1] for line in head.lower().split(b"\r\n") if line.startswith(b"content-length"))
+    )
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed mid-body: {data!r}"
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def is_open(conn: socket.socket) -> bool:
+    """True while the server has not closed ``conn`` (nothing to read, no EOF)."""
+    conn.setblocking(False)
+    try:
+        return conn.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except ConnectionError:
+        return False
+    finally:
+        conn.setblocking(True)
+
+
+GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n"
+
+
+def test_idle_keep_alive_and_silent_connections_are_closed() -> None:
+    with serving(FakeTranslator(), keep_alive_timeout_s=1, request_read_timeout_s=0.5) as (_, port, _):
+        silent = connect(port)  # opens and never sends a byte
+        partial = connect(port)
+        partial.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n")  # headers never finished
+        kept = connect(port)
+        kept.sendall(GET_HEALTH)  # one request answered, then idle on a kept-alive connection
+        for conn in (silent, partial):
+            data, waited = read_until_closed(conn)
+            assert data == b"" and waited < CLOSE_WAIT_S
+        data, _ = read_until_closed(kept)
+        assert data.startswith(b"HTTP/1.1 200 ") and data.count(b"HTTP/1.1") == 1
+
+
+def test_a_connection_sending_requests_in_time_stays_open() -> None:
+    with (
+        serving(FakeTranslator(), keep_alive_timeout_s=2, request_read_timeout_s=1) as (_, port, _),
+        connect(port) as c,
+    ):
+        for _ in range(4):  # 4 requests over ~2.4 s: longer than either timeout, each gap shorter than both
+            time.sleep(0.6)
+            c.sendall(GET_HEALTH)
+            assert read_response(c).startswith(b"HTTP/1.1 200 ")
+        assert is_open(c)
+
+
+def test_a_body_that_never_arrives_is_408() -> None:
+    with serving(FakeTranslator(), request_read_timeout_s=0.5) as (_, port, _):
+        conn = connect(port)
+        conn.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b'{"q": "stalled'
+        )
+        data, _ = read_until_closed(conn)
+    assert data.startswith(b"HTTP/1.1 408 ")
+    assert data.endswith(b'{"error":"request body not received within 0.5 s (request_read_timeout_s)"}')
+
+
+def test_at_the_cap_the_oldest_idle_connection_makes_room() -> None:
+    with serving(FakeTranslator(), max_connections=3) as (url, port, _):
+        served = connect(port)
+        served.sendall(GET_HEALTH)
+        assert read_response(served).startswith(b"HTTP/1.1 200 ")
+        idle = [connect(port), connect(port)]  # connected, nothing sent yet: the cap of 3 is reached
+        time.sleep(0.2)
+        r = httpx.get(f"{url}/health", headers={"Connection": "close"})  # a real client still gets through
+        assert r.status_code == 200
+        data, _ = read_until_closed(idle[0])  # the oldest that never sent a request went first
+        assert data == b""
+        assert is_open(served) and is_open(idle[1])
+        for conn in (served, idle[1]):
+            conn.close()
+
+
+def test_when_every_connection_is_busy_a_new_one_gets_503() -> None:
+    fake, gate = FakeTranslator(), Gate()
+    body = b'{"q": "held", "source": "en", "target": "de"}'
+    request = (
+        b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    with serving(fake, gate=gate, max_connections=2) as (_, port, connections):
+        gate.hold()
+        busy = [connect(port), connect(port)]
+        for conn in busy:
+            conn.sendall(request)
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while connections.busy < 2:  # both requests read, both held by the gate
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        refused, _ = read_until_closed(connect(port))
+        assert refused.startswith(b"HTTP/1.1 503 ") and b"max_connections" in refused
+        assert b"retry-after: 1" in refused.lower()
+        gate.release()
+        for conn in busy:
+            with conn:
+                assert read_response(conn).startswith(b"HTTP/1.1 200 ")
+
+
+def test_transduce_serve_closes_silent_connections(tiny_model_dir: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "TRANSDUCE_MODEL_DIR": str(tiny_model_dir),
+        "TRANSDUCE_PORT": str(port),
+        "TRANSDUCE_REQUEST_READ_TIMEOUT_S": "0.5",
+        "TRANSDUCE_MAX_CONNECTIONS": "8",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", timeout_s=60)
+        silent = [connect(port) for _ in range(12)]  # more than the cap: the oldest are closed at once
+        for conn in silent:
+            data, _ = read_until_closed(conn)
+            assert data == b""
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"Traceback" not in err
+
+
+# --- logging -------------------------------------------------------------------------------------------------------
+
+
+class Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+def test_resource_errors_are_logged_once_per_interval_as_one_line() -> None:
+    now = [0.0]
+    handler = Collect()
+    handler.addFilter(LogThrottle(10.0, clock=lambda: now[0]))
+    logger = logging.getLogger("asyncio")
+    saved = logger.handlers[:], logger.propagate, logger.level
+    logger.handlers[:], logger.propagate = [handler], False
+    logger.setLevel(logging.INFO)
+    loop = asyncio.new_event_loop()
+    try:
+        emfile = OSError(errno.EMFILE, "Too many open files")
+        for _ in range(1000):  # what asyncio itself does on every failed accept()
+            loop.call_exception_handler({"message": "socket.accept() out of system resource", "exception": emfile})
+        assert handler.lines == [
+            "socket.accept() out of system resource: OSError: [Errno 24] Too many open files "
+            "(repeats are logged at most once per 10 s)"
+        ]
+        now[0] = 9.9
+        loop.call_exception_handler({"message": "socket.accept() out of system resource", "exception": emfile})
+        now[0] = 10.1
+        loop.call_exception_handler({"message": "socket.accept() out of system resource", "exception": emfile})
+        assert len(handler.lines) == 2
+        assert handler.lines[1].endswith("(1000 more like it not logged in the last 10 s)")
+        for _ in range(3):  # anything else passes untouched, traceback included
+            loop.call_exception_handler({"message": "something else", "exception": ValueError("boom")})
+        assert handler.lines[2:] == ["something else\nValueError: boom"] * 3
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        uvicorn_log.addHandler(handler)
+        try:
+            for _ in range(50):  # what uvicorn logs for each malformed request
+                uvicorn_log.warning("Invalid HTTP request received.")
+        finally:
+            uvicorn_log.removeHandler(handler)
+        assert handler.lines[5:] == ["Invalid HTTP request received. (repeats are logged at most once per 10 s)"]
+    finally:
+        loop.close()
+        logger.handlers[:], logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
+
+
+def test_configure_logging_installs_the_throttle() -> None:
+    from transduce.service.logging import configure_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging(json_lines=True, throttle_s=3.0)
+        throttles = [f for f in root.handlers[0].filters if isinstance(f, LogThrottle)]
+        assert [t.interval_s for t in throttles] == [3.0]
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+
+
+def test_fd_headroom_raises_the_soft_limit_or_lowers_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    resource = pytest.importorskip("resource")
+    from transduce.service import connections
+
+    limits = {"soft": 256, "hard": 512}
+
+    def getrlimit(_: int) -> tuple[int, int]:
+        return limits["soft"], limits["hard"]
+
+    def setrlimit(_: int, value: tuple[int, int]) -> None:
+        limits["soft"] = value[0]
+
+    monkeypatch.setattr(resource, "getrlimit", getrlimit)
+    monkeypatch.setattr(resource, "setrlimit", setrlimit)
+    assert connections.fd_headroom(300) == 300 and limits["soft"] == 300 + connections.RESERVED_FDS
+    assert connections.fd_headroom(1000) == 512 - connections.RESERVED_FDS and limits["soft"] == 512

@@ -1,0 +1,81 @@
+"""``transduce bench engines`` and ``transduce bench load`` (benchmarks, not tests)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from transduce.paths import user_cache_dir
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of both benchmarks."""
+    parser.add_argument(
+        "which",
+        choices=["engines", "load"],
+        help="engines: this engine vs transformers and CTranslate2 on the same weights; "
+        "load: the service under concurrent clients, batching on vs off",
+    )
+    parser.add_argument("--checkpoint", default=None, help="checkpoint for `engines` (default: the shipped model)")
+    parser.add_argument("--model", default=None, help="ONNX model dir for `load` (default: the shipped model)")
+    parser.add_argument("--sentences", type=int, default=500, help="source sentences (Bible dev chapters)")
+    parser.add_argument("--batch1-sentences", type=int, default=100, help="sentences for the batch-1 rows")
+    parser.add_argument("--requests", type=int, default=256, help="requests per concurrency level (load)")
+    parser.add_argument("--concurrency", default="1,4,16,64", help="client counts (load)")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam size (load)")
+    parser.add_argument("--modes", default="step,static,off", help="service modes to compare (load)")
+    parser.add_argument("--threads", type=int, default=2, help="threads per engine")
+    parser.add_argument(
+        "--fixed-length",
+        type=int,
+        default=None,
+        help="force every engine to emit exactly N tokens (for random-weight models)",
+    )
+    parser.add_argument(
+        "--work", default=str(user_cache_dir() / "bench"), help="converted models and downloads (a cache, reused)"
+    )
+    parser.add_argument("--out", default="docs/bench-results", help="where results JSON and markdown go")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen benchmark and print its markdown table."""
+    from transduce.shipped import DEFAULT_CHECKPOINT, resolve_model_dir
+
+    work, out = Path(args.work), Path(args.out)
+    try:
+        if args.which == "engines":
+            from transduce.bench.engines import run as run_engines
+
+            checkpoint = Path(args.checkpoint or DEFAULT_CHECKPOINT)
+            if not checkpoint.is_file():
+                raise ValueError(f"checkpoint {checkpoint} does not exist")
+            run_engines(
+                checkpoint,
+                n=args.sentences,
+                n_batch1=args.batch1_sentences,
+                threads=args.threads,
+                work=work,
+                out_dir=out,
+                fixed_length=args.fixed_length,
+            )
+            print((out / "engines.md").read_text())
+        else:
+            from transduce.bench.load import run as run_load
+
+            levels = tuple(int(c) for c in args.concurrency.split(","))
+            run_load(
+                str(resolve_model_dir(args.model)),
+                concurrency=levels,
+                requests=args.requests,
+                beam=args.beam_size,
+                threads=args.threads,
+                work=work,
+                out_dir=out,
+                modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+            )
+            print((out / "load.md").read_text())
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"transduce bench: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,233 @@
+"""``transduce bench engines``: this engine vs transformers, CTranslate2 and Optimum on the same weights and inputs."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from transduce.bench.contenders import Job, Outcome, available, run_job
+from transduce.bench.optimum_site import ensure_site, export_optimum, site_pool
+
+OPTIMUM_SITE = "optimum-site"  # under the work directory: optimum-onnx and the transformers it needs
+
+ENGINES = (
+    "transduce-cpu-fp32",
+    "transduce-cpu-int8",
+    "transduce-cuda-fp16",
+    "transformers",
+    "ctranslate2-fp32",
+    "ctranslate2-int8",
+    "ctranslate2-cuda-fp16",
+    "optimum-ort",
+)
+CONFIGS = ((1, 32), (4, 32), (1, 1))  # (beam_size, batch_size)
+
+
+def source_sentences(n: int, work: Path) -> list[str]:
+    """English verses of the Bible *dev* chapters (never test or holdout), deduplicated, first n."""
+    from transduce.training.data import bible
+
+    seen: dict[str, None] = {}
+    for pair in bible.pairs(work):
+        if pair.split == "dev":
+            seen.setdefault(pair.en, None)
+    if len(seen) < n:
+        raise ValueError(f"only {len(seen)} dev sentences available, asked for {n}")
+    return list(seen)[:n]
+
+
+def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) -> dict[str, str]:
+    """Every engine's copy of the same weights: ONNX fp32/int8 (and fp16 with CUDA), a Marian directory, CTranslate2
+    fp32/int8, and Optimum's ONNX export of that Marian directory (only when optimum-ort is asked for; made with its
+    own packages)."""
+    import shutil
+
+    from transduce.engine.manifest import is_stale
+    from transduce.export.onnx_export import ExportConfig, export_model
+    from transduce.export.quantize import quantize_model_dir
+    from transduce.interop.marian import export_marian
+
+    paths = {
+        "onnx": work / "onnx",
+        "int8": work / "onnx-int8",
+        "hf": work / "hf",
+        "ct2": work / "ct2",
+        "ct2int8": work / "ct2-int8",
+        "optimum": work / "optimum",
+        "fp16": work / "onnx-fp16",
+    }
+    if is_stale(checkpoint, paths["onnx"]):
+        for p in paths.values():
+            if p.exists():
+                shutil.rmtree(p)
+        export_model(checkpoint, paths["onnx"])
+    if "transduce-cuda-fp16" in engines and not paths["fp16"].exists() and available("transduce-cuda-fp16") is None:
+        export_model(checkpoint, paths["fp16"], ExportConfig(dtype="float16"))
+    if not paths["int8"].exists():
+        quantize_model_dir(paths["onnx"], paths["int8"])
+    if not paths["hf"].exists():
+        export_marian(checkpoint, paths["hf"])
+    try:
+        import ctranslate2.converters as conv
+
+        for key, quant in (("ct2", None), ("ct2int8", "int8")):
+            if not paths[key].exists():
+                conv.TransformersConverter(str(paths["hf"])).convert(str(paths[key]), quantization=quant)
+    except ImportError:
+        pass
+    if "optimum-ort" in engines and not paths["optimum"].exists() and available("optimum-ort") is None:
+        try:
+            with site_pool(ensure_site(work / OPTIMUM_SITE)) as pool:
+                pool.apply(export_optimum, (paths["hf"], paths["optimum"]))
+        except Exception as exc:  # noqa: BLE001 - the contender's rows then carry the error
+            print(f"bench: optimum-ort unavailable: {exc}", file=sys.stderr)
+    return {
+        "transduce-cpu-fp32": str(paths["onnx"]),
+        "transduce-cpu-int8": str(paths["int8"]),
+        "transduce-cuda-fp16": str(paths["fp16"]),
+        "transformers": str(paths["hf"]),
+        "ctranslate2-fp32": str(paths["ct2"]),
+        "ctranslate2-int8": str(paths["ct2int8"]),
+        "ctranslate2-cuda-fp16": str(paths["ct2"]),
+        "optimum-ort": str(paths["optimum"]),
+    }
+
+
+def summarize(
+    engine: str, beam: int, batch: int, out: Outcome, ref: list[list[int]] | None, decode: Any
+) -> dict[str, Any]:
+    """One table row."""
+    import sacrebleu
+
+    row: dict[str, Any] = {"engine": engine, "beam": beam, "batch": batch}
+    if out.error:
+        return {**row, "error": out.error}
+    total = sum(out.batch_seconds)
+    tokens = sum(len(h) + 1 for h in out.hyps)  # + eos, as every engine generates it
+    row.update(
+        target_tokens_per_s=round(tokens / total, 1),
+        sentences_per_s=round(len(out.hyps) / total, 2),
+        p50_batch_ms=round(float(np.percentile(out.batch_seconds, 50)) * 1000, 1),
+        p95_batch_ms=round(float(np.percentile(out.batch_seconds, 95)) * 1000, 1),
+        peak_rss_mb=round(out.peak_rss_mb),
+        sentences=len(out.hyps),
+        seconds=round(total, 2),
+    )
+    if ref is not None:
+        row["identical_to_reference_pct"] = round(
+            100 * np.mean([a == b for a, b in zip(out.hyps, ref, strict=True)]), 1
+        )
+        row["bleu_vs_reference"] = round(
+            sacrebleu.corpus_bleu([decode(h) for h in out.hyps], [[decode(h) for h in ref]]).score, 1
+        )
+    return row
+
+
+def run(
+    checkpoint: Path,
+    *,
+    n: int = 500,
+    n_batch1: int = 100,
+    threads: int = 2,
+    work: Path,
+    out_dir: Path,
+    engines: tuple[str, ...] = ENGINES,
+    fixed_length: int | None = None,
+    sentences: list[str] | None = None,
+) -> dict[str, Any]:
+    """Benchmark every available engine on every config; write engines.json and engines.md.
+
+    ``sentences``: the source sentences (default: the first ``n`` English verses of the Bible dev chapters)."""
+    from transduce.model.checkpoint import load_checkpoint
+
+    work.mkdir(parents=True, exist_ok=True)
+    paths = prepare(checkpoint, work, engines)
+    ckpt = load_checkpoint(checkpoint)
+    tokenizer = ckpt.tokenizer()
+    langs = ckpt.config.languages
+    target = "de" if "de" in langs else None
+    sentences = source_sentences(n, work) if sentences is None else sentences[:n]
+    sources = [tokenizer.encode_source(s, target) for s in sentences]
+    pieces = [tokenizer.sp.IdToPiece(i) for i in range(tokenizer.vocab_size)]
+    rows: list[dict[str, Any]] = []
+    ctx = mp.get_context("spawn")
+    skipped = {e: why for e in engines if (why := available(e))}
+    for beam, batch in CONFIGS:
+        subset = sources if batch > 1 else sources[:n_batch1]
+        ref: list[list[int]] | None = None
+        for engine in sorted(engines, key=lambda e: e != "transformers"):  # the reference first
+            if engine in skipped:
+                rows.append({"engine": engine, "beam": beam, "batch": batch, "error": skipped[engine]})
+                continue
+            job = Job(engine, paths[engine], subset, beam, batch, threads, fixed_length, pieces)
+            print(f"bench: {engine} beam {beam} batch {batch} on {len(subset)} sentences ...", file=sys.stderr)
+            if engine == "optimum-ort" and not Path(job.path).exists():
+                rows.append({"engine": engine, "beam": beam, "batch": batch, "error": "Optimum export failed"})
+                continue
+            pool = site_pool(work / OPTIMUM_SITE) if engine == "optimum-ort" else ctx.Pool(1)
+            with pool:
+                outcome = pool.apply(run_job, (job,))
+            if engine == "transformers" and not outcome.error:
+                ref = outcome.hyps
+            rows.append(summarize(engine, beam, batch, outcome, ref, tokenizer.decode))
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "threads": threads,
+        "checkpoint": str(checkpoint),
+        "model": asdict(ckpt.config) | {"params": ckpt.model.num_parameters()},
+        "sentences": n,
+        "batch1_sentences": n_batch1,
+        "fixed_length": fixed_length,
+        "settings": "length_penalty 0 everywhere; reference = transformers generate()",
+        "rows": rows,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "engines.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (out_dir / "engines.md").write_text(markdown(result))
+    return result
+
+
+def machine() -> str:
+    """CPU model and core count of this machine."""
+    import os
+
+    cpu = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {platform.system()}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results table."""
+    lines = [
+        f"Engines on {result['machine']}, {result['threads']} threads each, {result['date']}; "
+        f"{result['sentences']} sentences ({result['batch1_sentences']} at batch 1); {result['settings']}.",
+        "",
+        "| engine | beam | batch | target tok/s | sent/s | p50 batch ms | p95 batch ms | peak RSS MB | "
+        "identical % | BLEU vs ref |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['engine']} | {r['beam']} | {r['batch']} | – | – | – | – | – | – | {r['error']} |")
+        else:
+            lines.append(
+                f"| {r['engine']} | {r['beam']} | {r['batch']} | {r['target_tokens_per_s']} | "
+                f"{r['sentences_per_s']} | {r['p50_batch_ms']} | {r['p95_batch_ms']} | {r['peak_rss_mb']} | "
+                f"{r.get('identical_to_reference_pct', '–')} | {r.get('bleu_vs_reference', '–')} |"
+            )
+    return "\n".join(lines) + "\n"

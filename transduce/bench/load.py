@@ -1,0 +1,257 @@
+"""``transduce bench load``: the real service under a bounded async load, in three modes: step-level scheduling
+(sentences join the running batch between decoder steps), static batching (a batch runs to completion) and
+batching off (one sentence at a time); on a uniform workload and on a mixed one (80 % short requests, 20 % long
+ones, beams mixed), where the short requests' own latency is reported too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from transduce.bench.engines import machine, source_sentences
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _counters(url: str) -> dict[str, float]:
+    """Generated tokens and batch-size sum/count from /metrics (deltas give per-level figures)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    out = {}
+    for name in ("transduce_generated_tokens_total", "transduce_batch_size_sum", "transduce_batch_size_count"):
+        match = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
+        out[name] = float(match.group(1)) if match else 0.0
+    return out
+
+
+def _cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of the server process (user + system, in clock ticks, exited threads included) and of its main
+    thread, the event loop (from schedstat in nanoseconds: a few requests' worth of loop work is under one tick)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state first
+        server = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        loop = int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9  # ns on a CPU
+    except OSError:  # not Linux: the columns stay empty
+        return {}
+    return {"server": server, "event_loop": loop}
+
+
+MODES = ("step", "static", "off")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a workload."""
+
+    text: str
+    beam: int
+    short: bool
+
+
+def workload(sentences: list[str], requests: int, beam: int, mixed: bool) -> list[Request]:
+    """``requests`` requests: one sentence each at ``beam`` (uniform), or mixed: 4 in 5 short (one sentence, beam 1
+    or ``beam`` alternately) and 1 in 5 long (five sentences, beam ``beam``)."""
+    if not mixed:
+        return [Request(sentences[i % len(sentences)], beam, True) for i in range(requests)]
+    out = []
+    for i in range(requests):
+        if i % 5 == 4:
+            text = " ".join(sentences[(i + j) % len(sentences)] for j in range(5))
+            out.append(Request(text, beam, False))
+        else:
+            out.append(Request(sentences[i % len(sentences)], 1 if i % 2 else beam, True))
+    return out
+
+
+async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, Any]:
+    latencies: list[tuple[bool, float]] = []
+    errors = 0
+    queue = list(range(len(load)))
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal errors
+        while queue:
+            request = load[queue.pop()]
+            started = time.perf_counter()
+            body = {"q": request.text, "source": "en", "target": "de", "beam_size": request.beam}
+            r = await client.post("/translate", json=body)
+            latencies.append((request.short, (time.perf_counter() - started) * 1000))
+            errors += r.status_code != 200
+
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    every = [ms for _, ms in latencies]
+    short = [ms for is_short, ms in latencies if is_short]
+    return {
+        "requests": len(load),
+        "errors": errors,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(len(load) / elapsed, 2),
+        **{f"p{q}_ms": round(float(np.percentile(every, q)), 1) for q in (50, 95, 99)},
+        "short_p99_ms": round(float(np.percentile(short, 99)), 1),
+    }
+
+
+def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
+    """`transduce serve` as a subprocess on loopback in ``mode`` (step, static, or off: static with batches of 1)."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "TRANSDUCE_MODEL_DIR": model_dir,
+        "TRANSDUCE_PORT": str(port),
+        "TRANSDUCE_HOST": "127.0.0.1",
+        "TRANSDUCE_SCHEDULER": "step" if mode == "step" else "static",
+        "TRANSDUCE_MAX_BATCH_SIZE": "1" if mode == "off" else "32",
+        "TRANSDUCE_MAX_WAIT_MS": "0" if mode == "off" else "5",
+        "TRANSDUCE_MAX_QUEUE_ITEMS": "100000",
+        "TRANSDUCE_REQUEST_TIMEOUT_S": "600",
+        "TRANSDUCE_INTRA_THREADS": str(threads),
+        "TRANSDUCE_LOG_JSON": "false",
+        "TRANSDUCE_CACHE_SIZE": "0",  # the workload repeats its sentences: measure decoding, not cache hits
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the service did not become ready")
+
+
+def offline_throughput(model_dir: str, sentences: list[str], beam: int, threads: int) -> float:
+    """Sentences/s of the engine alone on the same sentences (batch 32, sorted by length)."""
+    from transduce.engine.options import DecodeOptions
+    from transduce.engine.translator import Translator
+
+    translator = Translator(model_dir, device="auto", intra_threads=threads)
+    translator.translate(sentences[:4], source_lang="en", target_lang="de")
+    started = time.perf_counter()
+    translator.translate(sentences, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam))
+    return len(sentences) / (time.perf_counter() - started)
+
+
+def _level(url: str, pid: int, load: list[Request], concurrency: int) -> dict[str, Any]:
+    """One concurrency level: the load, the service's counters and where the CPU went."""
+    before, cpu_before, client_before = _counters(url), _cpu_seconds(pid), time.process_time()
+    row = asyncio.run(_drive(url, load, concurrency))
+    client_cpu = time.process_time() - client_before
+    after, cpu_after = _counters(url), _cpu_seconds(pid)
+    n = len(load)
+    # where the 2 cores went: the load generator itself, the service's event loop, the whole service
+    row["cpu_ms_per_request"] = {"client": round(1000 * client_cpu / n, 2)} | {
+        k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 2) for k in ("event_loop", "server") if k in cpu_after
+    }
+    delta = {k: after[k] - before[k] for k in after}
+    row["target_tokens_per_s"] = round(delta["transduce_generated_tokens_total"] / row["seconds"], 1)
+    batches = max(delta["transduce_batch_size_count"], 1.0)
+    row["mean_batch_size"] = round(delta["transduce_batch_size_sum"] / batches, 2)
+    return row
+
+
+def run(
+    model_dir: str,
+    *,
+    concurrency: tuple[int, ...] = (1, 4, 16, 64),
+    requests: int = 256,
+    beam: int = 4,
+    threads: int = 2,
+    work: Path,
+    out_dir: Path,
+    sentences: list[str] | None = None,
+    modes: tuple[str, ...] = MODES,
+) -> dict[str, Any]:
+    """Every mode at every concurrency, uniform and mixed workloads; load.json + load.md. ``sentences``: one per
+    request, cycled (default: English verses of the Bible dev chapters)."""
+    if sentences is None:
+        sentences = source_sentences(max(requests, 64), work)[:requests]
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would cost the load generator CPU
+    rows = []
+    for mode in modes:
+        proc, url = serve(model_dir, mode, threads)
+        try:
+            for mixed in (False, True):
+                load = workload(sentences, requests, beam, mixed)
+                for c in concurrency:
+                    name = "mixed" if mixed else "uniform"
+                    print(f"bench load: {mode}, {name}, concurrency {c} ...", file=sys.stderr)
+                    rows.append({"mode": mode, "workload": name, "concurrency": c, **_level(url, proc.pid, load, c)})
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    offline = offline_throughput(model_dir, sentences[:requests], beam, threads)
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "beam": beam,
+        "threads": threads,
+        "requests_per_level": requests,
+        "offline_sentences_per_s": round(offline, 2),
+        "rows": rows,
+    }
+    _compare(rows, offline)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "load.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out_dir / "load.md").write_text(table(result) + "\n")
+    return result
+
+
+def _compare(rows: list[dict[str, Any]], offline: float) -> None:
+    """Ratios within each workload and concurrency: vs batching off, vs static batching, vs the engine alone."""
+    index = {(r["mode"], r["workload"], r["concurrency"]): r for r in rows}
+    for r in rows:
+        off = index.get(("off", r["workload"], r["concurrency"]))
+        static = index.get(("static", r["workload"], r["concurrency"]))
+        if off is not None and r is not off:
+            r["speedup_vs_off"] = round(r["requests_per_s"] / off["requests_per_s"], 2)
+        if static is not None and r["mode"] == "step":
+            r["short_p99_vs_static"] = round(static["short_p99_ms"] / max(r["short_p99_ms"], 1e-9), 2)
+        if r["workload"] == "uniform":
+            r["fraction_of_offline"] = round(r["requests_per_s"] / offline, 2)
+
+
+def table(result: dict[str, Any]) -> str:
+    """The markdown table of load.md."""
+    lines = [
+        f"Service load on {result['machine']}, beam {result['beam']} (mixed: 80 % one-sentence requests at beam 1 or "
+        f"{result['beam']}, 20 % five-sentence requests), {result['threads']} threads, {result['requests_per_level']} "
+        f"requests per level, {result['date']}; engine alone: {result['offline_sentences_per_s']} sentences/s.",
+        "",
+        "| mode | workload | clients | req/s | target tok/s | p50 ms | p99 ms | short p99 ms | mean batch | errors | "
+        "vs. off | short p99: static / step | vs. engine alone | CPU ms/request: client, service loop, service |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['mode']} | {r['workload']} | {r['concurrency']} | {r['requests_per_s']} | "
+            f"{r['target_tokens_per_s']} | {r['p50_ms']} | {r['p99_ms']} | {r['short_p99_ms']} | "
+            f"{r['mean_batch_size']} | {r['errors']} | {r.get('speedup_vs_off', '')} | "
+            f"{r.get('short_p99_vs_static', '')} | {r.get('fraction_of_offline', '')} | "
+            f"{', '.join(map(str, r['cpu_ms_per_request'].values()))} |"
+        )
+    return "\n".join(lines)

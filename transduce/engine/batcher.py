@@ -1,0 +1,325 @@
+"""Dynamic batching across requests: a bounded queue, batches cut by size/tokens/wait, one worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar, cast
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+R = TypeVar("R")
+
+log = logging.getLogger("transduce.batcher")
+
+
+class QueueFullError(Exception):
+    """The queue has no room for the request's items (the service answers 503 with Retry-After)."""
+
+
+class DeadlineExceededError(Exception):
+    """The request's deadline passed before its items were processed (504)."""
+
+
+class RequestTooLargeError(ValueError):
+    """A request with more items than the queue can ever hold (the service answers 413)."""
+
+    def __init__(self, items: int, limit: int) -> None:
+        super().__init__(
+            f"a request of {items} items can never fit the queue (max_queue_items={limit}); "
+            "split it or raise max_queue_items"
+        )
+        self.items, self.limit = items, limit
+
+
+class BatcherClosedError(Exception):
+    """The batcher is not running (not started, stopping or stopped) and takes no new work (503)."""
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """Batch formation limits; a batch is cut at whichever is reached first."""
+
+    max_batch_size: int = 32  # items (sentences) per process() call
+    max_batch_tokens: int = 4096  # sum of item costs per process() call (an item costlier than this goes alone)
+    max_wait_ms: float = 5.0  # how long the oldest queued item waits for company (monotonic deadline)
+    max_queue_items: int = 1024  # bounded queue: a submit that would exceed it is refused at once
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_batch_tokens", "max_queue_items"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.max_wait_ms, int | float) or not math.isfinite(self.max_wait_ms) or self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be a finite number >= 0 (0 = no waiting), got {self.max_wait_ms!r}")
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """One engine call, reported to the ``on_batch`` hook."""
+
+    size: int
+    tokens: int
+    queue_wait_ms: list[float]
+    inference_ms: float
+    ok: bool
+
+
+@dataclass(eq=False)
+class _Request(Generic[K, T, R]):
+    """One submit: its items, the results so far and the future its caller awaits."""
+
+    key: K
+    items: Sequence[T]
+    deadline: float | None
+    future: asyncio.Future[list[R]]
+    results: list[R | None] = field(init=False)
+    remaining: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.results, self.remaining = [None] * len(self.items), len(self.items)
+
+    def deliver(self, index: int, result: R) -> None:
+        """Store one item's result; complete the future with the last one (ignored once the request is over)."""
+        if self.future.done():
+            return
+        self.results[index] = result
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.future.set_result(cast(list[R], self.results))
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the request unless it is already over."""
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+@dataclass(eq=False)
+class _Item(Generic[K, T, R]):
+    """One queued item of a request."""
+
+    request: _Request[K, T, R]
+    index: int
+    cost: int
+    enqueued: float
+
+
+class DynamicBatcher(Generic[K, T, R]):
+    """Merges items of concurrent requests into engine calls of ``process(key, items) -> results``."""
+
+    def __init__(
+        self,
+        process: Callable[[K, list[T]], list[R]],
+        config: BatcherConfig | None = None,
+        *,
+        cost: Callable[[T], int] = lambda _: 1,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> None:
+        self.process, self.config, self.cost, self.on_batch = process, config or BatcherConfig(), cost, on_batch
+        self._queue: deque[_Item[K, T, R]] = deque()
+        self._running: list[_Item[K, T, R]] = []
+        self._wakeup: asyncio.Event | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def queue_depth(self) -> int:
+        """Items waiting for a batch."""
+        return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        """Items inside the process() call now running."""
+        return len(self._running)
+
+    @property
+    def closed(self) -> bool:
+        """True once stop() began (or the batcher loop died)."""
+        return self._closed
+
+    async def start(self) -> None:
+        """Start the collector task (on the running loop) and the worker thread."""
+        if self._task is not None or self._closed:
+            raise RuntimeError("batcher already started (a DynamicBatcher cannot be restarted; create a new one)")
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transduce-engine")
+        self._task = asyncio.create_task(self._run(), name="transduce-batcher")
+
+    async def submit(self, key: K, items: Sequence[T], *, deadline: float | None = None) -> list[R]:
+        """Queue ``items`` (batched only with items of an equal ``key``); results come back in item order."""
+        if self._closed:
+            raise BatcherClosedError("the batcher is shutting down and takes no new requests")
+        if self._task is None or self._wakeup is None:
+            raise BatcherClosedError("the batcher is not running yet: call start() first")
+        limit = self.config.max_queue_items
+        if len(items) > limit:
+            raise RequestTooLargeError(len(items), limit)
+        if not items:
+            return []
+        now = time.monotonic()
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceededError("the request's deadline passed before it was queued")
+        if len(self._queue) + len(items) > limit:
+            raise QueueFullError(
+                f"queue full: {len(self._queue)} of {limit} items waiting, no room for {len(items)} more"
+            )
+        costs = [int(self.cost(item)) for item in items]
+        if min(costs) < 0:
+            raise ValueError(f"cost() must return a non-negative int, got {min(costs)}")
+        request: _Request[K, T, R] = _Request(key, items, deadline, asyncio.get_running_loop().create_future())
+        self._queue.extend(_Item(request, i, c, now) for i, c in enumerate(costs))
+        self._wakeup.set()
+        try:
+            if deadline is None:
+                return await request.future
+            return await asyncio.wait_for(request.future, deadline - time.monotonic())
+        except TimeoutError:
+            self._drop([request])  # items in a running batch finish, but their results are discarded
+            raise DeadlineExceededError("the request's deadline passed before it was processed") from None
+        except asyncio.CancelledError:
+            self._drop([request])  # the client went away: its queued items are never processed
+            raise
+
+    async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
+        """Refuse new work; finish what was accepted (``drain``, bounded by ``timeout``) or fail it; stop the worker."""
+        self._closed = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+        if not drain:
+            self._fail_queued(BatcherClosedError("the server shut down before this request was processed"))
+        if self._task is not None and not self._task.done():
+            done, _ = await asyncio.wait({self._task}, timeout=timeout)
+            if not done:  # out of time: the loop's exit fails what is left (the running thread is abandoned)
+                log.warning(
+                    "stop(): %d queued and %d running items not finished within %s s",
+                    self.queue_depth,
+                    self.in_flight,
+                    timeout,
+                )
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _drop(self, requests: Iterable[_Request[K, T, R]]) -> None:
+        """End ``requests`` (a late result is ignored) and remove their queued items."""
+        gone = set(requests)
+        for request in gone:
+            if not request.future.done():
+                request.future.cancel()
+        if any(item.request in gone for item in self._queue):
+            self._queue = deque(item for item in self._queue if item.request not in gone)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        """Fail every request with queued items and empty the queue."""
+        for item in self._queue:
+            item.request.fail(exc)
+        self._queue.clear()
+
+    def _expire(self, now: float) -> None:
+        """Fail requests whose deadline passed while their items were queued."""
+        late = {it.request for it in self._queue if it.request.deadline is not None and it.request.deadline <= now}
+        for request in late:
+            request.fail(DeadlineExceededError("the request's deadline passed while it was queued"))
+        self._drop(late)
+
+    def _plan(self) -> tuple[list[_Item[K, T, R]], bool]:
+        """The next batch (the oldest item's key, FIFO, within the limits) and whether a limit was reached."""
+        size, max_tokens = self.config.max_batch_size, self.config.max_batch_tokens
+        key = self._queue[0].request.key
+        batch: list[_Item[K, T, R]] = []
+        tokens = 0
+        for item in self._queue:
+            if item.request.key != key:
+                continue
+            if len(batch) == size or (batch and tokens + item.cost > max_tokens):
+                return batch, True
+            batch.append(item)
+            tokens += item.cost
+        return batch, len(batch) == size or tokens >= max_tokens
+
+    async def _sleep(self, timeout: float | None) -> None:
+        """Wait for a submit/stop wake-up or the timeout."""
+        assert self._wakeup is not None
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _next_batch(self) -> list[_Item[K, T, R]] | None:
+        """Wait until a batch is due (full, its oldest item waited max_wait_ms, or stopping); None when done."""
+        while True:
+            self._expire(time.monotonic())
+            if not self._queue:
+                if self._closed:
+                    return None
+                await self._sleep(None)
+                continue
+            batch, full = self._plan()
+            wait = self._queue[0].enqueued + self.config.max_wait_ms / 1000 - time.monotonic()
+            if full or wait <= 0 or self._closed:
+                taken = set(map(id, batch))
+                self._queue = deque(item for item in self._queue if id(item) not in taken)
+                return batch
+            await self._sleep(wait)
+
+    async def _run(self) -> None:
+        """Collector loop: form a batch whenever the worker is free and one is due, run it, repeat."""
+        try:
+            while (batch := await self._next_batch()) is not None:
+                await self._execute(batch)
+        except Exception:
+            log.exception("batcher loop crashed; refusing new work")
+        finally:  # normally nothing is left; after a crash or a stop() timeout, nobody may wait forever
+            self._closed = True
+            exc = BatcherClosedError("the batcher stopped before this request was processed")
+            self._fail_queued(exc)
+            for item in self._running:
+                item.request.fail(exc)
+            self._running = []
+
+    async def _execute(self, batch: list[_Item[K, T, R]]) -> None:
+        """Run one process() call in the worker thread and hand results (or its error) to the batch's requests."""
+        key = batch[0].request.key
+        inputs = [item.request.items[item.index] for item in batch]
+        started = time.monotonic()
+        self._running = batch
+        ok = True
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._executor, self.process, key, inputs)
+            if len(results) != len(inputs):
+                raise RuntimeError(
+                    f"process() returned {len(results)} results for {len(inputs)} items; "
+                    "it must return exactly one result per item, in order"
+                )
+        except Exception as exc:  # a failed batch fails only its own requests; the loop keeps serving
+            ok = False
+            log.exception("process() failed for a batch of %d items (key %r)", len(batch), key)
+            failed = {item.request for item in batch}
+            for request in failed:
+                request.fail(exc)
+            self._drop(failed)  # their items in later batches are not processed
+        else:
+            for item, result in zip(batch, results, strict=True):
+                item.request.deliver(item.index, result)
+        self._running = []
+        if self.on_batch is not None:
+            stats = BatchStats(
+                len(batch),
+                sum(item.cost for item in batch),
+                [(started - item.enqueued) * 1000 for item in batch],
+                (time.monotonic() - started) * 1000,
+                ok,
+            )
+            try:
+                self.on_batch(stats)
+            except Exception:
+                log.exception("on_batch hook failed (ignored)")

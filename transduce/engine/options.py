@@ -1,0 +1,69 @@
+"""DecodeOptions (the search knobs of one translate call) and SchedulerConfig (the step scheduler's admission
+limits), validated where they are built."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Search options; defaults follow the paper (beam 4, length penalty alpha 0.6); the output length is capped
+    relative to the source (Bergamot's max-length-factor), so a single word or a run of symbols cannot decode on to
+    the model's maximum."""
+
+    beam_size: int = 4  # 1 = greedy search
+    length_penalty: float = 0.6  # GNMT alpha: score / ((5 + length) / 6) ** alpha; 0 disables
+    max_decoding_length: int | None = None  # None = max_length_ratio * source length + extra_decoding_length
+    max_length_ratio: float = 2.0
+    extra_decoding_length: int = 10
+    min_decoding_length: int = 1  # tokens before eos is allowed (keeps non-empty input from translating to "")
+    num_hypotheses: int = 1  # n-best list size, <= beam_size
+    chunk_size: int = 32  # sentences per encoder/decoder pass: inputs are sorted by length, then cut into chunks
+    return_scores: bool = False
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {self.beam_size}")
+        if not 1 <= self.num_hypotheses <= self.beam_size:
+            raise ValueError(
+                f"num_hypotheses must be between 1 and beam_size ({self.beam_size}), got {self.num_hypotheses}"
+            )
+        if self.length_penalty < 0:
+            raise ValueError(f"length_penalty must be >= 0, got {self.length_penalty}")
+        if self.max_decoding_length is not None and self.max_decoding_length < 1:
+            raise ValueError(f"max_decoding_length must be >= 1 or None, got {self.max_decoding_length}")
+        if not self.max_length_ratio > 0:
+            raise ValueError(f"max_length_ratio must be > 0, got {self.max_length_ratio}")
+        if self.extra_decoding_length < 0 or self.min_decoding_length < 0:
+            raise ValueError("extra_decoding_length and min_decoding_length must be >= 0")
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+
+    def max_lengths(self, source_lengths: Sequence[int], cap: int) -> list[int]:
+        """The output length limit of each source (in pieces, tag and eos included), at most ``cap``."""
+        if self.max_decoding_length is not None:
+            return [min(self.max_decoding_length, cap)] * len(source_lengths)
+        return [min(int(self.max_length_ratio * n) + self.extra_decoding_length, cap) for n in source_lengths]
+
+
+DEFAULT_OPTIONS = DecodeOptions()
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Admission limits of the running batch and the queue."""
+
+    max_batch_size: int = 32  # sentences decoding at once, every beam width together
+    max_tokens_in_flight: int = 4096  # summed source tokens x beam of those sentences (a costlier one runs alone)
+    max_queue_items: int = 1024  # sentences waiting to join; a submit beyond it is refused at once
+    request_share: float = 0.75  # of both limits, what one request may hold, so a newcomer finds room at once
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_tokens_in_flight", "max_queue_items"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 0 < self.request_share <= 1:
+            raise ValueError(f"request_share must be in (0, 1], got {self.request_share!r}")

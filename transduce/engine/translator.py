@@ -1,0 +1,198 @@
+"""Translator: text or token ids in, translations out, through the exported ONNX graphs (no torch)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from transduce.engine.cache import unless_identity
+from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
+from transduce.engine.manifest import load_manifest
+from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
+from transduce.engine.search import Hypothesis, make_search
+from transduce.engine.session import open_runner
+from transduce.tokenizer import Tokenizer
+
+log = logging.getLogger("transduce.engine")
+
+
+@dataclass(frozen=True)
+class TranslationResult:
+    """The n-best list of one input, best first; ``scores`` is empty unless ``return_scores`` was set."""
+
+    hypotheses: list[str]
+    tokens: list[list[int]]
+    scores: list[float] = field(default_factory=list)
+
+
+@dataclass
+class EngineStats:
+    """Counters the service exports as metrics; updated under a lock by whoever translates."""
+
+    batches: int = 0
+    sentences: int = 0
+    source_tokens: int = 0
+    padded_source_tokens: int = 0
+    generated_tokens: int = 0
+    decoder_steps: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+def _filled(results: list[TranslationResult | None]) -> list[TranslationResult]:
+    """``results`` once every slot holds a result (an empty slot is a bug in the decoding loop, never dropped)."""
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        raise RuntimeError(f"no translation was produced for inputs {missing[:10]}: a decoding loop bug")
+    return cast(list[TranslationResult], results)
+
+
+class Translator:
+    """Loads an ONNX model directory (CUDA when usable, else CPU) and translates batches of sentences."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        device: str = "auto",
+        intra_threads: int = 0,
+        inter_threads: int = 1,
+        strict_device: bool = False,
+    ) -> None:
+        self.manifest = load_manifest(model_dir)
+        m = self.manifest
+        try:
+            self.tokenizer = Tokenizer(m.path("tokenizer"), target_tag=m.target_tag, languages=m.languages)
+        except ValueError as exc:
+            raise ModelLoadError(f"tokenizer of {model_dir} does not fit its manifest: {exc}") from exc
+        if self.tokenizer.vocab_size != m.vocab_size or self.tokenizer.eos_id != m.eos_id:
+            raise ModelLoadError(
+                f"tokenizer of {model_dir} ({self.tokenizer.vocab_size} pieces, eos "
+                f"{self.tokenizer.eos_id}) does not match the manifest ({m.vocab_size} pieces, "
+                f"eos {m.eos_id}): re-export the model"
+            )
+        self.runner = open_runner(
+            m, device=device, intra_threads=intra_threads, inter_threads=inter_threads, strict_device=strict_device
+        )
+        self.stats = EngineStats()
+
+    @property
+    def model_name(self) -> str:
+        """Name recorded at export."""
+        return self.manifest.model_name
+
+    @property
+    def languages(self) -> list[str]:
+        """Languages the model reads or writes."""
+        return sorted({lang for pair in self.manifest.pairs for lang in pair})
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """Supported (source, target) directions."""
+        return list(self.manifest.pairs)
+
+    @property
+    def provider(self) -> str:
+        """The onnxruntime execution provider in use."""
+        return self.runner.sessions.provider
+
+    @property
+    def max_source_tokens(self) -> int:
+        """Longest source (in pieces, specials included) the model's positions allow."""
+        return self.manifest.max_positions
+
+    def check_pair(self, source_lang: str, target_lang: str) -> None:
+        """Raise UnsupportedLanguageError unless the model translates source_lang -> target_lang."""
+        if (source_lang, target_lang) not in self.manifest.pairs:
+            supported = ", ".join(f"{a}->{b}" for a, b in self.manifest.pairs)
+            raise UnsupportedLanguageError(
+                f"language pair {source_lang}->{target_lang} is not supported (supported: {supported})"
+            )
+
+    def count_tokens(self, text: str) -> int:
+        """Source length in pieces as the model sees it (tag and eos included)."""
+        return len(self.tokenizer.encode(text)) + 2
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        source_lang: str,
+        target_lang: str,
+        options: DecodeOptions = DEFAULT_OPTIONS,
+    ) -> list[TranslationResult]:
+        """Translate sentences of ``source_lang`` into ``target_lang``; blank input gives "" without decoding."""
+        self.check_pair(source_lang, target_lang)
+        todo = [i for i, t in enumerate(texts) if t.strip()]
+        blank = TranslationResult(
+            [""] * options.num_hypotheses,
+            [[]] * options.num_hypotheses,
+            [0.0] * options.num_hypotheses if options.return_scores else [],
+        )
+        results: list[TranslationResult | None] = [blank] * len(texts)
+        encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
+        for i, result in zip(todo, self.translate_batch(encoded, options=options), strict=True):
+            results[i] = result
+        return _filled(results)
+
+    def translate_batch(
+        self, source: Sequence[Sequence[int]], *, options: DecodeOptions = DEFAULT_OPTIONS
+    ) -> list[TranslationResult]:
+        """Translate source id sequences (tag + pieces + eos); sorted by length and chunked to cut padding."""
+        for seq in source:
+            if len(seq) == 0:
+                raise ValueError("a source sequence is empty: it needs at least the eos id")
+            if len(seq) > self.max_source_tokens:
+                raise InputTooLongError(
+                    f"a sentence has {len(seq)} tokens; the model accepts at most {self.max_source_tokens}"
+                )
+        order = sorted(range(len(source)), key=lambda i: len(source[i]))
+        results: list[TranslationResult | None] = [None] * len(source)
+        for start in range(0, len(order), options.chunk_size):
+            chunk = order[start : start + options.chunk_size]
+            for i, hyps in zip(chunk, self._decode_chunk([source[i] for i in chunk], options), strict=True):
+                results[i] = TranslationResult(
+                    hypotheses=[self.tokenizer.decode(h.tokens) for h in hyps],
+                    tokens=[list(h.tokens) for h in hyps],
+                    scores=[float(h.score) for h in hyps] if options.return_scores else [],
+                )
+        return _filled(results)
+
+    def _decode_chunk(self, source: Sequence[Sequence[int]], options: DecodeOptions) -> list[list[Hypothesis]]:
+        """Encode once, then step the decoder until the search is done; finished rows leave the batch."""
+        m = self.manifest
+        S = max(len(s) for s in source)
+        ids = np.full((len(source), S), m.pad_id, dtype=np.int64)
+        mask = np.zeros((len(source), S), dtype=np.int64)
+        for i, seq in enumerate(source):
+            ids[i, : len(seq)], mask[i, : len(seq)] = seq, 1
+        state = self.runner.encode(ids, mask)
+        max_lengths = options.max_lengths([len(s) for s in source], m.max_positions - 1)
+        search = make_search(len(source), options, eos_id=m.eos_id, max_lengths=max_lengths)
+        tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
+        steps = 0
+        while not search.is_done():
+            out = search.advance(self.runner.step(tokens, state))  # (R, V) log-probs -> next tokens and parents
+            steps += 1
+            if search.is_done():
+                break
+            self.runner.reorder(
+                state,
+                unless_identity(out.parent_rows, len(tokens)),
+                unless_identity(out.parent_sentences, len(state.encoder_mask)),
+            )
+            tokens = out.tokens
+        hypotheses = search.finalize()
+        with self.stats.lock:
+            self.stats.batches += 1
+            self.stats.sentences += len(source)
+            self.stats.source_tokens += int(mask.sum())
+            self.stats.padded_source_tokens += int(mask.size)
+            self.stats.decoder_steps += steps
+            self.stats.generated_tokens += sum(len(h[0].tokens) + 1 for h in hypotheses if h)
+        return hypotheses

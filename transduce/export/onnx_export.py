@@ -1,0 +1,192 @@
+"""Checkpoint -> ONNX model directory: encoder.onnx, decoder.onnx, tokenizer.model, manifest.json."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transduce.engine import io_names as names
+from transduce.engine.manifest import FORMAT, FORMAT_VERSION, sha256_file
+from transduce.export.files import replacing_dir
+from transduce.export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
+from transduce.model.checkpoint import Checkpoint, load_checkpoint
+from transduce.model.transformer import Transformer
+
+EXPORT_DTYPES = ("float32", "float16")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Options of ``transduce export``."""
+
+    opset: int = 17
+    verify: bool = True
+    tolerance: float | None = None  # max |delta log-prob| vs. PyTorch fp32 (None: 1e-4 for float32, 0.1 for float16)
+    model_name: str | None = None  # defaults to the checkpoint's meta "name" or its file stem
+    dtype: str = "float32"  # float16 halves the weights and caches, for GPUs (CPU kernels mostly lack it: slow)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in EXPORT_DTYPES:
+            raise ValueError(
+                f"dtype must be one of {', '.join(EXPORT_DTYPES)}, got {self.dtype!r} "
+                "(int8: quantize a float32 export with export.quantize)"
+            )
+        if self.tolerance is not None and not self.tolerance > 0:
+            raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
+
+    @property
+    def max_diff(self) -> float:
+        """The verification tolerance in effect."""
+        if self.tolerance is not None:
+            return self.tolerance
+        return 1e-4 if self.dtype == "float32" else 0.1
+
+
+def language_pairs(ckpt: Checkpoint) -> list[list[str]]:
+    """Translation directions: the checkpoint's meta "pairs", else every ordered pair of its languages (tagged)."""
+    if "pairs" in ckpt.meta:
+        return [list(p) for p in ckpt.meta["pairs"]]
+    langs = ckpt.config.languages
+    if not ckpt.config.target_tag:
+        if len(langs) != 2:
+            raise ValueError("a model without target-language tags needs meta['pairs'] naming its one direction")
+        return [list(langs)]
+    return [[a, b] for a, b in itertools.permutations(langs, 2)]
+
+
+def _export_graph(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    path: Path,
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]],
+    opset: int,
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shape arithmetic are expected and checked by verify
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
+            opset_version=opset,
+            dynamo=False,
+            do_constant_folding=True,
+        )
+
+
+def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "float32") -> dict[str, Any]:
+    """Write encoder.onnx and decoder.onnx (weights and caches in ``dtype``); returns their I/O names."""
+    if dtype == "float16":
+        model = copy.deepcopy(model).half()
+    L = model.config.n_decoder_layers
+    example = dummy_inputs(model)
+    kv_axes = {0: names.BATCH_AXIS, 2: names.SRC_AXIS}
+    enc_in = [names.ENC_INPUT_IDS, names.ENC_ATTENTION_MASK]
+    enc_out = [names.ENC_HIDDEN, *names.cross_names(L)]
+    enc_axes = {n: {0: names.BATCH_AXIS, 1: names.SRC_AXIS} for n in [*enc_in, names.ENC_HIDDEN]}
+    enc_axes.update(dict.fromkeys(names.cross_names(L), kv_axes))
+    _export_graph(
+        EncoderGraph(model).eval(), example["encoder"], out_dir / names.ENCODER_FILE, enc_in, enc_out, enc_axes, opset
+    )
+
+    dec_in = [
+        names.DEC_INPUT_IDS,
+        names.DEC_ENCODER_MASK,
+        names.DEC_POSITIONS,
+        names.DEC_SELF_MASK,
+        *names.past_names(L),
+        *names.cross_names(L),
+    ]
+    dec_out = [names.DEC_LOG_PROBS, *names.present_names(L)]
+    dec_axes: dict[str, dict[int, str]] = {
+        names.DEC_INPUT_IDS: {0: names.BATCH_AXIS},  # one new token per row (no causal mask in the graph)
+        names.DEC_ENCODER_MASK: {0: names.SENTENCE_AXIS, 1: names.SRC_AXIS},
+        names.DEC_POSITIONS: {0: names.BATCH_AXIS},
+        names.DEC_SELF_MASK: {0: names.BATCH_AXIS, 1: names.TOTAL_AXIS},
+        names.DEC_LOG_PROBS: {0: names.BATCH_AXIS},
+    }
+    dec_axes.update({n: {0: names.BATCH_AXIS, 2: names.PAST_AXIS} for n in names.past_names(L)})
+    dec_axes.update({n: {0: names.BATCH_AXIS, 2: names.TOTAL_AXIS} for n in names.present_names(L)})
+    dec_axes.update(dict.fromkeys(names.cross_names(L), {0: names.SENTENCE_AXIS, 2: names.SRC_AXIS}))
+    _export_graph(
+        DecoderStepGraph(model).eval(),
+        example["decoder"],
+        out_dir / names.DECODER_FILE,
+        dec_in,
+        dec_out,
+        dec_axes,
+        opset,
+    )
+    (out_dir / names.GATHER_FILE).write_bytes(gather_graph(2 * L, opset, dtype))
+    return {"encoder_inputs": enc_in, "encoder_outputs": enc_out, "decoder_inputs": dec_in, "decoder_outputs": dec_out}
+
+
+def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConfig | None = None) -> dict[str, Any]:
+    """Export a checkpoint to an ONNX model directory (written to a temp dir, verified, then moved into place)."""
+    config = config or ExportConfig()
+    checkpoint = Path(checkpoint)
+    out_dir = Path(out_dir)
+    ckpt = load_checkpoint(checkpoint)
+    model = ckpt.model.float().eval()
+    tokenizer = ckpt.tokenizer()
+    cfg = ckpt.config
+    with replacing_dir(out_dir) as tmp:
+        io = export_graphs(model, tmp, config.opset, config.dtype)
+        (tmp / names.TOKENIZER_FILE).write_bytes(ckpt.tokenizer_model)
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "model_name": config.model_name or ckpt.meta.get("name") or checkpoint.stem,
+            "model_config": cfg.to_dict(),
+            "dims": {
+                "d_model": cfg.d_model,
+                "n_heads": cfg.n_heads,
+                "d_k": cfg.d_k,
+                "n_encoder_layers": cfg.n_encoder_layers,
+                "n_decoder_layers": cfg.n_decoder_layers,
+                "src_vocab_size": cfg.src_vocab_size,
+                "tgt_vocab_size": cfg.tgt_vocab_size,
+                "max_positions": cfg.max_positions,
+            },
+            "special_ids": {
+                "pad": cfg.pad_id,
+                "unk": cfg.unk_id,
+                "bos": cfg.bos_id,
+                "eos": cfg.eos_id,
+                "decoder_start": cfg.decoder_start_id,
+            },
+            "languages": list(cfg.languages),
+            "pairs": language_pairs(ckpt),
+            "target_tag": cfg.target_tag,
+            "tokenizer": names.TOKENIZER_FILE,
+            "encoder": names.ENCODER_FILE,
+            "decoder": names.DECODER_FILE,
+            "gather": names.GATHER_FILE,
+            "io": io,
+            "opset": config.opset,
+            "dtype": config.dtype,
+            "source_checkpoint": {"file": checkpoint.name, "sha256": sha256_file(checkpoint)},
+            "meta": {k: v for k, v in ckpt.meta.items() if isinstance(v, str | int | float | bool)},
+        }
+        if config.verify:
+            from transduce.export.verify import verify_export
+
+            # always against the fp32 model; float16 may flip near-ties, so only its log-prob error is enforced
+            manifest["verification"] = verify_export(
+                model, tokenizer, tmp, tolerance=config.max_diff, require_identical=config.dtype == "float32"
+            )
+        files = (names.ENCODER_FILE, names.DECODER_FILE, names.GATHER_FILE, names.TOKENIZER_FILE)
+        manifest["checksums"] = {f: sha256_file(tmp / f) for f in files}
+        (tmp / names.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest

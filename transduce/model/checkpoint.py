@@ -1,0 +1,102 @@
+"""Checkpoint I/O: one file holding the ModelConfig, the weights, the tokenizer and free-form metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transduce.model.config import ModelConfig
+from transduce.model.transformer import Transformer
+from transduce.tokenizer import Tokenizer
+
+FORMAT = "transduce-checkpoint"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model in eval mode, its config, tokenizer bytes and metadata."""
+
+    model: Transformer
+    config: ModelConfig
+    tokenizer_model: bytes
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def tokenizer(self) -> Tokenizer:
+        """The checkpoint's tokenizer with the model's language tags."""
+        return Tokenizer(self.tokenizer_model, target_tag=self.config.target_tag, languages=self.config.languages)
+
+
+def _tied_keys(model: Transformer) -> set[str]:
+    """State-dict keys that alias another parameter (not stored twice)."""
+    keys = {"generator.weight"}
+    if model.config.share_embeddings:
+        keys.add("tgt_embed.weight")
+    return keys
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: Transformer,
+    tokenizer_model: bytes,
+    *,
+    meta: dict[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Write the model (optionally cast to ``dtype``, e.g. float16) atomically; ``extra`` holds e.g. optimizer state."""
+    tied = _tied_keys(model)
+    state = {
+        k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().clone()
+        for k, v in model.state_dict().items()
+        if k not in tied
+    }
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_config": model.config.to_dict(),
+        "state_dict": state,
+        "tokenizer_model": tokenizer_model,
+        "meta": dict(meta or {}),
+        **(extra or {}),
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+def load_raw(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's dictionary, checked for format; raises ValueError with a readable message."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"checkpoint {path} does not exist")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for corrupt files
+        raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a transduce checkpoint")
+    if payload.get("format_version", 0) > FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format version {payload['format_version']}; this transduce reads <= {FORMAT_VERSION}"
+        )
+    return payload
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Rebuild the model from its saved config and load the weights (as float32) in eval mode."""
+    payload = load_raw(path)
+    config = ModelConfig.from_dict(payload["model_config"])
+    model = Transformer(config)
+    state = {k: (v.float() if v.is_floating_point() else v) for k, v in payload["state_dict"].items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k not in _tied_keys(model)]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
+    model.eval()
+    return Checkpoint(model, config, payload["tokenizer_model"], payload.get("meta", {}))

@@ -1,0 +1,147 @@
+"""``transduce serve``: load the model (one-line error if it cannot), then run uvicorn with draining on SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
+
+    from transduce.service.config import Settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the serve command; each overrides the TRANSDUCE_* environment variable of the same name."""
+    from transduce.service.config import Settings
+
+    def option(flag: str, field: str, text: str | None = None, **kwargs: Any) -> None:
+        info = Settings.model_fields[field]
+        default = text or f"default {info.default}"
+        parser.add_argument(
+            flag,
+            dest=field,
+            default=None,
+            help=f"{info.description} (env TRANSDUCE_{field.upper()}; {default})",
+            **kwargs,
+        )
+
+    option("--model", "model_dir", "default: the shipped model, exported to ONNX on first use")
+    option("--host", "host")
+    option("--port", "port", type=int)
+    option("--device", "device", choices=["auto", "cpu", "cuda"])
+    option("--strict-device", "strict_device", "default off", action="store_true")
+    option("--max-batch-size", "max_batch_size", type=int)
+    option("--max-wait-ms", "max_wait_ms", type=float)
+    option("--api-keys", "api_keys", "default: none required")
+    option("--log-json", "log_json", "default on", action=argparse.BooleanOptionalAction)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the listening address now, so a port in use is reported before the model loads; OSError if it cannot."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts need no wait
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _draining_server_class() -> type:
+    import contextlib
+    from collections.abc import Iterator
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn re-raises SIGTERM after a graceful shutdown (exit -15); a drained shutdown here exits 0."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
+
+    return DrainingServer
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from TRANSDUCE_* variables, with the flags that were given overriding them."""
+    from transduce.service.config import Settings
+
+    overrides = {k: v for k, v in vars(args).items() if v is not None and k in Settings.model_fields}
+    return Settings(**overrides)
+
+
+def server_config(app: ASGIApp, settings: Settings, max_connections: int | None = None) -> uvicorn.Config:
+    """uvicorn's configuration for ``app``: our logging, the drain grace and the connection limits of ``settings``
+    (``max_connections`` overrides the setting: what fits the file-descriptor limit)."""
+    import uvicorn
+
+    from transduce.service.connections import ConnectionLimits, guarded_protocol
+
+    limits = ConnectionLimits(max_connections or settings.max_connections, settings.request_read_timeout_s)
+    return uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+        lifespan="on",
+        http=guarded_protocol(limits),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        backlog=settings.backlog,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate settings, bind the port, resolve and load the model, serve until SIGTERM/SIGINT; 0 after draining.
+
+    Every failure before serving is one line on stderr: 2 for a bad setting, 1 for a port in use or no model."""
+    from pydantic import ValidationError
+
+    from transduce.engine.errors import ModelLoadError
+    from transduce.service.connections import fd_headroom
+    from transduce.service.logging import configure_logging
+    from transduce.service.main import create_app, load_translator
+    from transduce.shipped import ModelUnavailableError, resolve_model_dir
+
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "combination"
+        print(f"transduce serve: invalid setting {where}: {first['msg']}", file=sys.stderr)
+        return 2
+    try:
+        sock = bind_socket(settings.host, settings.port)
+    except OSError as exc:
+        print(
+            f"transduce serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr
+        )
+        return 1
+    with sock:
+        configure_logging(settings.log_json, throttle_s=settings.log_throttle_s)
+        try:
+            model_dir = resolve_model_dir(settings.model_dir)
+            translator = load_translator(settings.model_copy(update={"model_dir": str(model_dir)}))
+        except ModelUnavailableError as exc:
+            print(f"transduce serve: {exc}", file=sys.stderr)
+            return 1
+        except (ModelLoadError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a failed export
+            print(f"transduce serve: cannot load the model: {exc}", file=sys.stderr)
+            return 1
+        app = create_app(model_dir, settings, translator_factory=lambda _: translator)
+        DrainingServer = _draining_server_class()  # noqa: N806
+        server = DrainingServer(server_config(app, settings, fd_headroom(settings.max_connections)))
+        try:
+            server.run(sockets=[sock])
+        except SystemExit as exc:  # uvicorn exits when the app fails to start, for example
+            return int(exc.code or 1)
+        return 0 if server.started else 1

@@ -1,0 +1,63 @@
+"""The translation cache: an LRU of sentence translations keyed by the sentence, the language pair and every
+search option, so a repeated UI string is not decoded again and a result is never reused for other options."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from transduce.engine.options import DecodeOptions
+from transduce.engine.translator import TranslationResult
+
+CacheKey = tuple[str, str, DecodeOptions, str]  # (source, target, options, sentence)
+
+
+@dataclass
+class CacheStats:
+    """Lookups since start-up."""
+
+    hits: int = 0
+    misses: int = 0
+
+    @property
+    def hit_ratio(self) -> float:
+        """Hits over lookups (0 before the first lookup)."""
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else 0.0
+
+
+class TranslationCache:
+    """At most ``size`` sentence translations, least recently used evicted first; ``size`` 0 disables it.
+
+    Used from the event loop only (no lock needed)."""
+
+    def __init__(self, size: int) -> None:
+        if size < 0:
+            raise ValueError(f"cache size must be >= 0 (0 = off), got {size}")
+        self.size = size
+        self.stats = CacheStats()
+        self._entries: OrderedDict[CacheKey, TranslationResult] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: CacheKey) -> TranslationResult | None:
+        """The cached translation for ``key``, counted as a hit or a miss (None when off or absent)."""
+        if not self.size:
+            return None
+        result = self._entries.get(key)
+        if result is None:
+            self.stats.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.stats.hits += 1
+        return result
+
+    def put(self, key: CacheKey, result: TranslationResult) -> None:
+        """Remember a translation, evicting the least recently used beyond ``size``."""
+        if not self.size:
+            return
+        self._entries[key] = result
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)

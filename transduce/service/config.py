@@ -1,0 +1,157 @@
+"""Settings(BaseSettings): every knob of the service, from TRANSDUCE_* environment variables (or a .env file)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from transduce.engine.batcher import BatcherConfig
+from transduce.engine.options import DecodeOptions, SchedulerConfig
+
+# the engine's defaults, which the service's defaults are
+BATCHER, DECODE, SCHEDULER = BatcherConfig(), DecodeOptions(), SchedulerConfig()
+
+
+class Settings(BaseSettings):
+    """Service configuration; the README's configuration table lists the same fields."""
+
+    model_config = SettingsConfigDict(env_prefix="TRANSDUCE_", env_file=".env", env_ignore_empty=True, extra="ignore")
+
+    model_dir: str | None = Field(None, description="exported model directory (from `transduce export`)")
+    device: str = Field("auto", description="auto | cpu | cuda")
+    strict_device: bool = Field(False, description="fail at start-up instead of falling back to CPU")
+    intra_threads: int = Field(0, description="onnxruntime threads per operator (0 = all cores)")
+    host: str = Field("127.0.0.1", description="address to bind")
+    port: int = Field(5000, description="port to bind (5000 is LibreTranslate's)")
+    max_batch_size: int = Field(BATCHER.max_batch_size, description="sentences per engine batch (1 = no batching)")
+    scheduler: Literal["step", "static"] = Field(
+        "static",
+        description="step: sentences join the running batch between decoder steps and leave when done; "
+        "static: a batch of sentences runs to completion before the next one starts",
+    )
+    max_batch_tokens: int = Field(BATCHER.max_batch_tokens, description="source tokens per engine batch (static)")
+    max_tokens_in_flight: int = Field(
+        SCHEDULER.max_tokens_in_flight, description="source tokens x beam decoding at once (step)"
+    )
+    max_wait_ms: float = Field(BATCHER.max_wait_ms, description="how long a queued sentence waits for company")
+    max_queue_items: int = Field(
+        BATCHER.max_queue_items, description="sentences allowed to wait; beyond: 503 + Retry-After"
+    )
+    request_timeout_s: float = Field(30.0, description="deadline of a request in the queue; beyond it: 504")
+    max_chars: int = Field(5000, description="characters per request (all of q); beyond it: 413")
+    max_items: int = Field(50, description="entries in a q list; beyond it: 400")
+    max_sentence_tokens: int = Field(200, description="source tokens per sentence; beyond it: 400")
+    max_body_bytes: int = Field(1_000_000, description="request body size; beyond it: 413")
+    max_beam_size: int = Field(8, description="largest beam_size a request may ask for")
+    default_beam_size: int = Field(DECODE.beam_size, description="beam size when the request names none (1 = greedy)")
+    max_alternatives: int = Field(5, description="largest alternatives count a request may ask for")
+    api_keys: str = Field("", description="comma-separated API keys; empty = no key needed")
+    protect_health: bool = Field(False, description="require the API key on /health*, /metrics too")
+    shutdown_grace_s: float = Field(30.0, description="time to finish accepted requests after SIGTERM")
+    log_json: bool = Field(True, description="one JSON line per request on stderr")
+    canary_text: str = Field("Hello world.", description="sentence translated at start-up before ready")
+    cache_size: int = Field(
+        10_000, description="sentence translations kept (LRU by sentence, pair and options); 0 turns the cache off"
+    )
+    max_file_bytes: int = Field(2_000_000, description="size of a file sent to /translate_file; beyond it: 413")
+    max_file_chars: int = Field(
+        100_000, description="characters of text in a file sent to /translate_file (the page limit); beyond it: 413"
+    )
+    file_ttl_s: float = Field(600.0, description="seconds a translated file can be downloaded before it is deleted")
+    files_dir: str | None = Field(None, description="where translated files wait (default: the system's temp dir)")
+    cors_origins: str = Field(
+        "", description="comma-separated origins allowed to call the API from a browser (* = any); empty = CORS off"
+    )
+    # connections (transduce serve): idle and slow clients are closed, so they cannot use up the file descriptors
+    keep_alive_timeout_s: int = Field(5, description="seconds an idle keep-alive connection stays open")
+    request_read_timeout_s: float = Field(
+        10.0, description="seconds a client has to send a request's headers, and again its body; beyond: closed / 408"
+    )
+    max_connections: int = Field(
+        1000, description="open connections; beyond: the oldest idle one is closed, or the new one gets 503"
+    )
+    backlog: int = Field(2048, description="connections the kernel queues before the server accepts them")
+    log_throttle_s: float = Field(
+        10.0, description="a repeated resource error (e.g. too many open files) is logged at most once per this long"
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if value not in ("auto", "cpu", "cuda"):
+            raise ValueError("device must be auto, cpu or cuda")
+        return value
+
+    @field_validator(
+        "max_batch_size",
+        "max_batch_tokens",
+        "max_tokens_in_flight",
+        "max_file_bytes",
+        "max_file_chars",
+        "max_queue_items",
+        "max_chars",
+        "max_items",
+        "max_sentence_tokens",
+        "max_body_bytes",
+        "max_beam_size",
+        "default_beam_size",
+    )
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be >= 1, got {value}")
+        return value
+
+    @field_validator("max_wait_ms", "shutdown_grace_s", "max_alternatives", "intra_threads", "cache_size")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if not value >= 0:  # also refuses NaN
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @field_validator("request_timeout_s", "file_ttl_s")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError(f"must be > 0 seconds, got {value}")
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 <= value <= 65535:
+            raise ValueError(f"must be a TCP port between 0 and 65535, got {value}")
+        return value
+
+    @property
+    def origins(self) -> list[str]:
+        """The configured CORS origins."""
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """The configured API keys."""
+        return frozenset(k.strip() for k in self.api_keys.split(",") if k.strip())
+
+    @field_validator("keep_alive_timeout_s", "max_connections", "backlog")
+    @classmethod
+    def _positive_count(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be >= 1, got {value}")
+        return value
+
+    @field_validator("request_read_timeout_s")
+    @classmethod
+    def _positive_seconds(cls, value: float) -> float:
+        if not value > 0:  # also refuses NaN
+            raise ValueError(f"must be > 0 seconds, got {value}")
+        return value
+
+    @field_validator("log_throttle_s")
+    @classmethod
+    def _seconds_not_negative(cls, value: float) -> float:
+        if not value >= 0:
+            raise ValueError(f"must be >= 0 seconds, got {value}")
+        return value

@@ -1,0 +1,211 @@
+"""Connection limits for `transduce serve`: a cap on open connections and a deadline for a request's headers.
+
+uvicorn closes idle keep-alive connections itself (``timeout_keep_alive``), but it keeps a connection that never
+sends a complete request for ever, and it accepts connections until the process runs out of file descriptors (then
+every request times out). ``guarded_protocol`` wraps uvicorn's HTTP protocol, one instance per connection:
+
+- a connection must deliver a request's headers within ``request_read_timeout_s`` of opening (or, on a kept-alive
+  connection, of the first byte of its next request); otherwise it is closed;
+- at most ``max_connections`` are open: a new connection over the cap closes the oldest idle one (no request in
+  progress; one that never sent a request goes first), or, when every open connection is busy, is answered 503 and
+  closed at once.
+
+``fd_headroom`` makes room for the cap in the process's file-descriptor limit, or lowers the cap to fit it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
+
+log = logging.getLogger("transduce.service")
+RESERVED_FDS = 64  # descriptors kept for everything but client connections: model files, logs, the listener, ...
+REFUSAL_BODY = json.dumps({"error": "server busy: every connection (max_connections) is in use, retry later"}).encode()
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n"
+    b"content-length: " + str(len(REFUSAL_BODY)).encode() + b"\r\n\r\n" + REFUSAL_BODY
+)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What the guard enforces (from the settings of the same names)."""
+
+    max_connections: int
+    request_read_timeout_s: float
+
+
+class ConnectionGuard:
+    """The open connections of one server, oldest first; admits each new one within ``max_connections``."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self._open: dict[GuardedConnection, None] = {}  # insertion order: oldest first
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def admit(self, conn: GuardedConnection) -> bool:
+        """Register ``conn``; at the cap, close an idle connection to make room. False: all busy, refuse it."""
+        if len(self._open) >= self.limits.max_connections:
+            victim = self._idle_victim()
+            if victim is None:
+                log.warning(
+                    "refused a connection: all %d connections busy (max_connections)",
+                    len(self._open),
+                    extra={"throttle": "connections-refused"},
+                )
+                return False
+            log.warning(
+                "connection limit reached (%d, max_connections): closing idle connections to make room",
+                self.limits.max_connections,
+                extra={"throttle": "connections-evicted"},
+            )
+            self.forget(victim)
+            victim.close()
+        self._open[conn] = None
+        return True
+
+    @property
+    def busy(self) -> int:
+        """Open connections with a request in progress."""
+        return sum(not c.idle for c in self._open)
+
+    def forget(self, conn: GuardedConnection) -> None:
+        """``conn`` is closed."""
+        self._open.pop(conn, None)
+
+    def _idle_victim(self) -> GuardedConnection | None:
+        idle = [c for c in self._open if c.idle]
+        return next((c for c in idle if not c.served), idle[0] if idle else None)
+
+
+class GuardedConnection(asyncio.Protocol):
+    """One connection: uvicorn's protocol ``inner`` does HTTP; this adds the header deadline and the cap.
+
+    It reads two attributes that uvicorn's h11 and httptools protocols both have: ``cycle`` (the request/response
+    in progress, None before the first request) and its ``response_complete``."""
+
+    connections: ClassVar[ConnectionGuard]  # the classes guarded_protocol makes share one guard per server
+
+    def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard, loop: asyncio.AbstractEventLoop) -> None:
+        self.inner, self.guard, self.loop = inner, guard, loop
+        self.transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._refused = False
+
+    @property
+    def served(self) -> bool:
+        """Whether a request has started on this connection."""
+        return getattr(self.inner, "cycle", None) is not None
+
+    @property
+    def idle(self) -> bool:
+        """No request in progress: before the first, between two, or while a request's headers arrive."""
+        cycle = getattr(self.inner, "cycle", None)
+        return cycle is None or bool(getattr(cycle, "response_complete", True))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a stream transport (uvloop's are not subclasses)
+        if not self.guard.admit(self):
+            self._refused = True
+            self.transport.write(REFUSAL)
+            self.transport.close()
+            return
+        self.inner.connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self.inner.data_received(data)
+        if not self.idle:
+            self._disarm()  # headers complete: the app reads the body under its own deadline
+        elif self._timer is None:
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+
+    def eof_received(self) -> bool | None:
+        return None if self._refused else self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.guard.forget(self)
+        if not self._refused:
+            self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if not self._refused:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if not self._refused:
+            self.inner.resume_writing()
+
+    def close(self) -> None:
+        """Close the connection (it is idle: no response is cut short)."""
+        self._disarm()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(self.guard.limits.request_read_timeout_s, self._expire)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.idle:  # no complete request headers in time
+            self.close()
+
+
+def guarded_protocol(limits: ConnectionLimits, inner: type[asyncio.Protocol] | None = None) -> type[GuardedConnection]:
+    """A protocol class for ``uvicorn.Config(http=...)``: uvicorn's own (``inner``, default its automatic choice)
+    behind one ConnectionGuard shared by every connection of the server."""
+    if inner is None:
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+        inner = AutoHTTPProtocol
+    guard, http = ConnectionGuard(limits), inner
+
+    class Guarded(GuardedConnection):
+        connections = guard
+
+        def __init__(self, **kwargs: Any) -> None:  # uvicorn's: config, server_state, app_state, _loop
+            super().__init__(http(**kwargs), self.connections, kwargs.get("_loop") or asyncio.get_running_loop())
+
+    return Guarded
+
+
+def fd_headroom(max_connections: int) -> int:
+    """Raise the soft file-descriptor limit (up to the hard one) to fit ``max_connections`` connections plus
+    RESERVED_FDS; return the cap that fits (``max_connections``, or lower with a warning)."""
+    try:
+        import resource
+    except ImportError:  # not a Unix: nothing to check
+        return max_connections
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + RESERVED_FDS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new_soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+            soft = new_soft
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return max_connections
+    fitting = max(1, soft - RESERVED_FDS)
+    log.warning(
+        "only %d file descriptors allowed (ulimit -n): serving at most %d connections, not %d (max_connections)",
+        soft,
+        fitting,
+        max_connections,
+    )
+    return fitting

@@ -1,0 +1,54 @@
+"""Dependencies as type aliases (``StateDep``, ``ProtectedDep``) so route signatures read like types."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from transduce.service.errors import ApiError
+from transduce.service.pipeline import TranslationPipeline
+from transduce.service.state import AppState
+
+
+def get_state(request: Request) -> AppState:
+    """The app's state."""
+    state: AppState = request.app.state.transduce
+    return state
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+
+
+def get_pipeline(state: StateDep) -> TranslationPipeline:
+    """The pipeline, or 503 while starting up or shutting down."""
+    if state.draining:
+        raise ApiError(503, "server is shutting down", {"Retry-After": "5"})
+    if state.pipeline is None or not state.ready:
+        raise ApiError(503, "model is still loading", {"Retry-After": "2"})
+    return state.pipeline
+
+
+def check_api_key(state: AppState, request: Request, body_key: str | None = None) -> None:
+    """401 without a key, 403 with a wrong one, when keys are configured; header ``Authorization: Bearer`` works too."""
+    keys = state.settings.keys
+    if not keys:
+        return
+    key = body_key or request.query_params.get("api_key")
+    auth = request.headers.get("authorization", "")
+    if not key and auth.lower().startswith("bearer "):
+        key = auth[7:].strip()
+    if not key:
+        raise ApiError(401, "an API key is required: pass api_key in the body or 'Authorization: Bearer KEY'")
+    if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
+        raise ApiError(403, "invalid API key")
+
+
+def protected(request: Request, state: StateDep) -> None:
+    """Guard for /health* and /metrics when protect_health is set."""
+    if state.settings.protect_health:
+        check_api_key(state, request)
+
+
+ProtectedDep = Annotated[None, Depends(protected)]

@@ -1,0 +1,46 @@
+"""Translated files waiting to be downloaded: one folder per file under ``files_dir``, deleted after ``file_ttl_s``."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class FileStore:
+    """Saves a file under a random id and finds it again until it expires."""
+
+    def __init__(self, root: Path, ttl_s: float) -> None:
+        self.root, self.ttl_s = root, ttl_s
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def save(self, name: str, data: bytes) -> tuple[str, str]:
+        """Store ``data``; returns (id, the file's safe name)."""
+        file_id = uuid.uuid4().hex
+        safe = _SAFE.sub("_", name).strip("._") or "translation"
+        folder = self.root / file_id
+        folder.mkdir()
+        (folder / safe).write_bytes(data)
+        return file_id, safe
+
+    def find(self, file_id: str, name: str) -> Path | None:
+        """The stored file, or None when it never existed, expired, or the id/name are not ours."""
+        if not re.fullmatch(r"[0-9a-f]{32}", file_id) or _SAFE.sub("_", name) != name:
+            return None
+        path = self.root / file_id / name
+        if not path.is_file() or time.time() - path.stat().st_mtime > self.ttl_s:
+            return None
+        return path
+
+    def purge(self) -> int:
+        """Delete every file older than the time to live; returns how many went."""
+        now, gone = time.time(), 0
+        for folder in self.root.iterdir() if self.root.is_dir() else ():
+            if folder.is_dir() and now - folder.stat().st_mtime > self.ttl_s:
+                shutil.rmtree(folder, ignore_errors=True)
+                gone += 1
+        return gone

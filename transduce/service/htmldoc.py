@@ -1,0 +1,266 @@
+"""``format: "html"``: an HTML fragment (or a whole document) parsed into translatable units and rebuilt around their
+translations, with its tags, attributes, entities and whitespace between blocks kept.
+
+The parser is selectolax's Lexbor backend: the HTML Standard's own parsing algorithm (as browsers run it), so
+malformed input is repaired as a browser would repair it (unclosed tags closed, stray end tags dropped, misnested
+formatting re-nested, CDATA read as a comment), in C, without recursion. A fragment is parsed as a ``<div>``'s
+content (as ``innerHTML``); input that starts with ``<!DOCTYPE`` or ``<html>`` is parsed as a document and comes back
+as one.
+
+- Block elements (anything that is not inline: ``p``, ``li``, ``td``, ``h1``, ``div``, ``title``, ``button``, ...)
+  are units of their own: their inline content is translated sentence by sentence (``htmlunits.Unit``).
+- Inline elements (``INLINE``) are translated inside their sentence; an inline element holding a block is a block.
+- Never translated, and sent as they are: ``code``, ``kbd``, ``samp``, ``var``, ``pre``, ``script``, ``style``,
+  ``template``, ``textarea``, SVG, MathML, embedded content, anything with ``translate="no"`` or the class
+  ``notranslate`` (Google's), and a link or span whose text is one @mention, #hashtag or URL (Mastodon's).
+- Attributes are kept as sent, except the ones people read: ``title``, ``alt``, ``placeholder`` and ``aria-label``
+  are translated (the HTML Standard lists them among its translatable attributes), unless ``translate="no"``.
+- Text comes back as the HTML serializer writes it: characters, with ``&amp;``, ``&lt;``, ``&gt;`` and ``&nbsp;``
+  (and ``&quot;`` in attributes) escaped, so ``&amp;`` stays an escaped ampersand and ``&eacute;`` becomes ``é``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+from transduce.engine.text import Segmented, segment
+from transduce.service.errors import ApiError
+from transduce.service.htmlunits import Atom, AttrSlot, Inline, Node, Tag, Unit, plain_text
+
+MAX_DEPTH = 128  # elements nested deeper than this are refused (400): real pages stay far below it
+
+
+def _names(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+INLINE = _names(
+    "a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark nobr output q s small span strike strong "
+    "sub sup time tt u"
+)
+# kept inside the sentence as they are, never translated (void elements with a translated attribute excepted)
+KEPT_INLINE = _names(
+    "code kbd samp var svg math textarea script style template iframe video audio canvas object embed picture "
+    "noscript ruby meter progress slot"
+)
+SILENT = _names("script style template wbr")  # invisible: not sent to the model
+VOID = _names("area base basefont bgsound br col embed frame hr img input keygen link meta param source track wbr")
+VOID_INLINE = _names("br wbr img input embed")
+KEPT_BLOCK = _names("pre listing xmp plaintext")
+TRANSLATED_ATTRIBUTES = frozenset(("title", "alt", "placeholder", "aria-label"))
+_HANDLE = re.compile(r"[@#]\S+|(?:https?://|www\.)\S+|\S+@\S+\.\w+")  # a mention, hashtag, URL or e-mail address
+_DOCUMENT = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
+
+
+def _children(node: LexborNode) -> list[LexborNode]:
+    out, child = [], node.child
+    while child is not None:
+        out.append(child)
+        child = child.next
+    return out
+
+
+def _translate_no(node: LexborNode) -> bool:
+    """``translate="no"`` or Google's ``class="notranslate"``."""
+    attrs = node.attributes
+    return (attrs.get("translate") or "").strip().lower() == "no" or "notranslate" in (attrs.get("class") or "").split()
+
+
+def _is_inline(node: LexborNode) -> bool:
+    """Phrasing content all the way down (an inline element holding a block is laid out as a block)."""
+    name = node.tag or ""
+    if name in KEPT_INLINE or name in VOID_INLINE:
+        return True
+    if name not in INLINE:
+        return False
+    stack = _children(node)
+    while stack:
+        child = stack.pop()
+        if not child.is_element_node or child.tag in KEPT_INLINE or child.tag in VOID_INLINE:
+            continue
+        if child.tag not in INLINE:
+            return False
+        stack += _children(child)
+    return True
+
+
+@dataclass(frozen=True)
+class _AttrText:
+    """A translated attribute value, cut into sentences as plain text is."""
+
+    text: Segmented
+
+
+class HtmlItem:
+    """One ``q`` entry with ``format: "html"``: its sentences (every unit's and every translated attribute's, in
+    document order) and the HTML rebuilt from their translations; the same two members as ``Segmented``."""
+
+    def __init__(self, parts: list[str | Tag | Unit], slots: list[Unit | _AttrText]) -> None:
+        self._parts, self._slots = parts, slots
+        self.sentences = tuple(s for slot in slots for s in self._slot_sentences(slot))
+
+    @staticmethod
+    def _slot_sentences(slot: Unit | _AttrText) -> tuple[str, ...]:
+        return slot.text.sentences if isinstance(slot, _AttrText) else slot.sentences
+
+    @property
+    def text(self) -> str:
+        """The text to translate, without markup (for language detection)."""
+        return "\n".join(" ".join(self._slot_sentences(s)) if isinstance(s, _AttrText) else s.text for s in self._slots)
+
+    def rejoin(self, translations: Sequence[str]) -> str:
+        """The HTML with ``translations`` (one per sentence, in order) in place of its sentences."""
+        if len(translations) != len(self.sentences):
+            raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
+        values: list[str] = []  # the translated attribute values, by AttrSlot index
+        mine: dict[int, Sequence[str]] = {}  # id(unit) -> its translations
+        at = 0
+        for slot in self._slots:
+            n = len(self._slot_sentences(slot))
+            if isinstance(slot, _AttrText):
+                values.append(slot.text.rejoin(translations[at : at + n]))
+            else:
+                mine[id(slot)] = translations[at : at + n]
+            at += n
+        return "".join(
+            part
+            if isinstance(part, str)
+            else part.start(values)
+            if isinstance(part, Tag)
+            else part.render(mine.get(id(part), ()), values)
+            for part in self._parts
+        )
+
+
+class _Builder:
+    """Walks the parsed tree once, turning it into literal HTML, start tags and units (``HtmlItem``'s parts)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str | Tag | Unit] = []
+        self.slots: list[Unit | _AttrText] = []
+        self.run: list[Node] = []  # the inline content since the last block boundary
+
+    def item(self) -> HtmlItem:
+        self.flush()
+        return HtmlItem(self.parts, self.slots)
+
+    def flush(self) -> None:
+        """End the current run of inline content: a unit if it has text to translate, else literal HTML."""
+        if not self.run:
+            return
+        unit = Unit(self.run)
+        self.run = []
+        if unit.sentences:
+            self.slots.append(unit)
+        self.parts.append(unit)
+
+    def tag(self, node: LexborNode) -> Tag:
+        """The element's tags; ``title``, ``alt``, ``placeholder`` and ``aria-label`` become translated slots."""
+        name = node.tag or ""
+        attrs: list[tuple[str, str | AttrSlot]] = []
+        for key, value in node.attributes.items():
+            text = value or ""
+            if key in TRANSLATED_ATTRIBUTES and text.strip():
+                self.slots.append(_AttrText(segment(text)))
+                attrs.append((key, AttrSlot(sum(isinstance(s, _AttrText) for s in self.slots) - 1)))
+            else:
+                attrs.append((key, text))
+        return Tag(name, tuple(attrs), void=name in VOID)
+
+    def children(self, node: LexborNode, depth: int) -> None:
+        """The content of a block: runs of inline content and the blocks between them."""
+        if depth > MAX_DEPTH:
+            raise ApiError(400, f"q nests HTML elements more than {MAX_DEPTH} deep: send it with less nesting")
+        for child in _children(node):
+            if child.is_element_node and not _is_inline(child):
+                self.flush()
+                self.block(child, depth + 1)
+            else:
+                self.run.append(self.inline(child, depth + 1))
+
+    def block(self, node: LexborNode, depth: int) -> None:
+        if node.tag in KEPT_BLOCK or _translate_no(node):
+            self.parts.append(node.html or "")
+            return
+        tag = self.tag(node)
+        self.parts.append(tag)
+        if not tag.void:
+            self.children(node, depth)
+            self.flush()
+            self.parts.append(tag.end())
+
+    def inline(self, node: LexborNode, depth: int) -> Node:
+        """A node of a run: text, an element translated with its sentence, or an atom kept as it is."""
+        if node.is_text_node:
+            return node.text_content or ""
+        name = node.tag or ""
+        if not node.is_element_node:  # a comment (CDATA and processing instructions parse as comments)
+            return Atom(_comment(node.html or ""), silent=True)
+        if depth > MAX_DEPTH:
+            raise ApiError(400, f"q nests HTML elements more than {MAX_DEPTH} deep: send it with less nesting")
+        if name in VOID:
+            return Atom(self.tag(node) if not _translate_no(node) else node.html or "", name in SILENT, name == "br")
+        if name in KEPT_INLINE or _translate_no(node):
+            return Atom(node.html or "", silent=name in SILENT)
+        text = node.text(deep=True) or ""
+        if not text or _HANDLE.fullmatch(text.strip()):
+            return Atom(node.html or "")  # empty (an anchor), or a mention, hashtag or link written out
+        tag = self.tag(node)
+        return Inline(tag, [self.inline(child, depth + 1) for child in _children(node)])
+
+
+def _comment(html: str) -> str:
+    """A comment as serialized, with ``<`` and ``>`` in its text escaped if they could end it early (the parser never
+    makes such a comment, but a comment is the one place the serializer writes text unescaped)."""
+    inner = html[4:-3] if html.startswith("<!--") and html.endswith("-->") else html
+    if "--" in inner or inner.startswith((">", "->")) or inner.endswith("<!-") or not html.startswith("<!--"):
+        inner = inner.replace("<", "&lt;").replace(">", "&gt;")
+    return f"<!--{inner}-->"
+
+
+def _top_nodes(parser: LexborHTMLParser) -> list[LexborNode]:
+    """A fragment's top-level nodes. (Lexbor's ``root`` of a fragment serializes the whole fragment as its ``html``,
+    so the first node is taken again through its sibling where it has one.)"""
+    nodes, node = [], parser.root
+    while node is not None:
+        nodes.append(node)
+        node = node.next
+    if len(nodes) > 1 and nodes[1].prev is not None:
+        nodes[0] = nodes[1].prev
+    return nodes
+
+
+def parse_html(text: str) -> HtmlItem:
+    """Parse ``text`` (a fragment, or a document when it starts with a doctype or ``<html>``) into an ``HtmlItem``;
+    ApiError 400 when it nests deeper than ``MAX_DEPTH``."""
+    if text.endswith("<!"):
+        # Lexbor 2.x (selectolax 1.0.2) fills the empty comment that "<!" at the very end opens with the text
+        # before it, unescaped: "--&gt;&lt;img onerror=...&gt;<!" would come back as live markup. "<!-->" is the
+        # same empty comment, read correctly.
+        text += "-->"
+    builder = _Builder()
+    if _DOCUMENT.match(text):
+        parser = LexborHTMLParser(text)
+        root = parser.root
+        document = root.parent if root is not None else None
+        for node in _children(document) if document is not None else []:
+            if node.is_element_node:
+                builder.block(node, 1)
+            else:
+                builder.parts.append(node.html or "")
+        return builder.item()
+    parser = LexborHTMLParser(text, is_fragment=True)
+    for node in _top_nodes(parser):
+        if node.is_element_node and not _is_inline(node):
+            builder.flush()
+            builder.block(node, 1)
+        else:
+            builder.run.append(builder.inline(node, 1))
+    return builder.item()
+
+
+__all__ = ["HtmlItem", "parse_html", "plain_text"]

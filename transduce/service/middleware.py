@@ -1,0 +1,84 @@
+"""Pure ASGI middleware: X-Request-ID on every response, and per-request metrics plus one JSON log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from transduce.service.logging import ACCESS_LOGGER
+from transduce.service.state import AppState
+
+access_log = logging.getLogger(ACCESS_LOGGER)
+log = logging.getLogger("transduce.service")
+INTERNAL_ERROR = json.dumps({"error": "internal error"}).encode()
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class RequestContextMiddleware:
+    """Echo (or create) X-Request-ID; turn an unexpected exception into a JSON 500; log one line per /translate."""
+
+    def __init__(self, app: ASGIApp, state: AppState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Wrap one HTTP exchange."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _VALID_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.monotonic()
+        status = 500
+        response_started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, response_started
+            if message["type"] == "http.response.start":
+                status, response_started = message["status"], True
+                MutableHeaders(scope=message).append("X-Request-ID", request_id)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error on %s %s (request %s)", scope.get("method"), scope.get("path"), request_id)
+            if response_started:
+                raise  # nothing left to tell the client; the server closes the connection
+            error_headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(INTERNAL_ERROR)).encode()),
+            ]
+            await send_with_id({"type": "http.response.start", "status": 500, "headers": error_headers})
+            await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
+        finally:
+            if scope.get("path") == "/translate":
+                self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
+
+    def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:
+        metrics = self.state.metrics
+        metrics.requests.labels(status=str(status)).inc()
+        metrics.request_seconds.observe(total_ms / 1000)
+        state: dict[str, Any] = scope.get("state", {})
+        timing = state.get("timing")
+        fields = {
+            "request_id": request_id,
+            "method": scope.get("method"),
+            "path": "/translate",
+            "status": status,
+            "n_items": None,
+            "n_chars": None,
+            **state.get("sizes", {}),
+            "total_ms": round(total_ms, 2),
+            "queue_ms": round(timing.queue_ms, 2) if timing else None,
+            "inference_ms": round(timing.inference_ms, 2) if timing else None,
+        }
+        access_log.info("translate %s", status, extra={"fields": fields})

@@ -1,0 +1,266 @@
+"""From a validated job to the sentence queue and back: one submit per request, translations re-joined per item.
+
+The queue is the engine's step scheduler (``scheduler=step``: sentences join the running batch between decoder
+steps) or request-level batching (``scheduler=static``: a batch runs to completion; for comparison, and for
+translators without step-level decoding, such as the tests' fake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from transduce.engine.batcher import BatcherConfig, BatchStats, DynamicBatcher, RequestTooLargeError
+from transduce.engine.options import DecodeOptions, SchedulerConfig
+from transduce.engine.scheduler import StepScheduler, StepStats, Timed
+from transduce.engine.translator import TranslationResult, Translator
+from transduce.service.cache import TranslationCache
+from transduce.service.config import Settings
+from transduce.service.engine_api import TranslatorLike
+from transduce.service.observability import LatencyWindow, Metrics, RequestTiming
+from transduce.service.validation import TranslationJob
+
+
+class SentenceQueue(Protocol):
+    """What the pipeline submits sentences to (StepScheduler, or StaticBatching below)."""
+
+    @property
+    def queue_depth(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None: ...
+
+    async def submit(
+        self,
+        texts: Sequence[str],
+        *,
+        source_lang: str,
+        target_lang: str,
+        options: DecodeOptions,
+        deadline: float | None = None,
+    ) -> list[Timed]: ...
+
+
+Key = tuple[str, str, DecodeOptions]  # what may share a static batch
+T = TypeVar("T")
+
+
+class StaticBatching:
+    """Request-level batching: sentences of concurrent requests with equal options form a batch that runs to
+    completion in one ``translate`` call (the DynamicBatcher); the cost of a sentence is its source tokens."""
+
+    def __init__(
+        self, translator: TranslatorLike, config: BatcherConfig, on_batch: Callable[[BatchStats], None]
+    ) -> None:
+        self.translator = translator
+        self.batcher: DynamicBatcher[Key, tuple[str, int], Timed] = DynamicBatcher(
+            self._process, config, cost=lambda item: item[1], on_batch=on_batch
+        )
+
+    @property
+    def queue_depth(self) -> int:
+        """Sentences waiting for a batch."""
+        return self.batcher.queue_depth
+
+    @property
+    def in_flight(self) -> int:
+        """Sentences in the batch now running."""
+        return self.batcher.in_flight
+
+    @property
+    def closed(self) -> bool:
+        """True once stop() began."""
+        return self.batcher.closed
+
+    async def start(self) -> None:
+        """Start the batcher."""
+        await self.batcher.start()
+
+    async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
+        """Stop the batcher (see DynamicBatcher.stop)."""
+        await self.batcher.stop(drain=drain, timeout=timeout)
+
+    async def submit(
+        self,
+        texts: Sequence[str],
+        *,
+        source_lang: str,
+        target_lang: str,
+        options: DecodeOptions,
+        deadline: float | None = None,
+    ) -> list[Timed]:
+        """Queue the sentences; they are batched with other requests' sentences of the same pair and options."""
+        items = [(text, self.translator.count_tokens(text)) for text in texts]
+        return await self.batcher.submit((source_lang, target_lang, options), items, deadline=deadline)
+
+    def _process(self, key: Key, items: list[tuple[str, int]]) -> list[Timed]:
+        """Runs in the batcher's worker thread: one engine call for sentences sharing ``key``."""
+        source, target, options = key
+        started = time.monotonic()
+        results = self.translator.translate(
+            [t for t, _ in items], source_lang=source, target_lang=target, options=options
+        )
+        finished = time.monotonic()
+        return [Timed(r, started, finished) for r in results]
+
+
+@dataclass(frozen=True)
+class ItemTranslation:
+    """One q entry translated: the best text and the alternatives."""
+
+    text: str
+    alternatives: list[str]
+
+
+class TranslationPipeline:
+    """Owns the sentence queue; one instance per app."""
+
+    def __init__(self, translator: TranslatorLike, settings: Settings, metrics: Metrics, window: LatencyWindow) -> None:
+        self.translator, self.settings, self.metrics, self.window = translator, settings, metrics, window
+        self.cache = TranslationCache(settings.cache_size)
+        self.queue: SentenceQueue
+        if settings.scheduler == "step":
+            if not isinstance(translator, Translator):
+                raise ValueError("scheduler=step needs the engine's Translator; use scheduler=static with this one")
+            config = SchedulerConfig(
+                max_batch_size=settings.max_batch_size,
+                max_tokens_in_flight=settings.max_tokens_in_flight,
+                max_queue_items=settings.max_queue_items,
+            )
+            self.queue = StepScheduler(translator, config, on_step=self._on_step)
+        else:
+            batcher = BatcherConfig(
+                max_batch_size=settings.max_batch_size,
+                max_batch_tokens=settings.max_batch_tokens,
+                max_wait_ms=settings.max_wait_ms,
+                max_queue_items=settings.max_queue_items,
+            )
+            self.queue = StaticBatching(translator, batcher, self._on_batch)
+
+    def _on_batch(self, stats: BatchStats) -> None:
+        self._record(stats.size, stats.inference_ms, stats.size, stats.queue_wait_ms, stats.ok)
+
+    def _on_step(self, stats: StepStats) -> None:
+        self._record(stats.active, stats.step_ms, stats.finished, stats.queue_wait_ms, stats.ok)
+
+    def _record(self, size: int, ms: float, finished: int, waits: list[float], ok: bool) -> None:
+        self.metrics.batch_size.observe(size)
+        self.metrics.inference_seconds.observe(ms / 1000)
+        for wait in waits:
+            self.metrics.queue_seconds.observe(wait / 1000)
+        if not ok:
+            self.metrics.batch_failures.inc()
+        self.window.add_batch(size, ms, finished)
+
+    async def translate(self, job: TranslationJob, *, started: float) -> tuple[list[ItemTranslation], RequestTiming]:
+        """Translate every item of ``job``: cached sentences from the cache, all others queued (one submit per source
+        language); a sentence already in the target language (source=auto) comes back as it is."""
+        flat = job.sentences
+        options = DecodeOptions(
+            beam_size=job.beam_size, num_hypotheses=job.num_hypotheses, chunk_size=self.settings.max_batch_size
+        )
+        keys = [(source, job.target, options, text) for source, text, _ in flat]
+        results: list[TranslationResult | None] = []
+        for (source, text, _), key in zip(flat, keys, strict=True):
+            passed = source == job.target
+            results.append(TranslationResult(hypotheses=[text], tokens=[]) if passed else self.cache.get(key))
+        missing = [i for i, r in enumerate(results) if r is None]
+        if self.cache.size:
+            lookups = sum(1 for source, _, _ in flat if source != job.target)
+            self.metrics.cache_hits.inc(lookups - len(missing))
+            self.metrics.cache_misses.inc(len(missing))
+        timed = await self._submit(job.target, [flat[i][:2] for i in missing], options, started) if missing else []
+        for i, t in zip(missing, timed, strict=True):
+            results[i] = t.result
+            self.cache.put(keys[i], t.result)
+        self.metrics.sentences.inc(len(timed))
+        self.metrics.generated_tokens.inc(sum(len(t.result.tokens[0]) + 1 for t in timed if t.result.tokens))
+        out: list[ItemTranslation] = []
+        cursor = 0
+        for item in job.items:
+            mine = [r for r in results[cursor : cursor + len(item.sentences)] if r is not None]
+            cursor += len(item.sentences)
+            ranked = [
+                item.rejoin([r.hypotheses[min(k, len(r.hypotheses) - 1)] for r in mine])
+                for k in range(job.num_hypotheses)
+            ]
+            out.append(ItemTranslation(ranked[0], ranked[1:]))
+        first = min((t.started for t in timed), default=started)
+        last = max((t.finished for t in timed), default=first)
+        timing = RequestTiming(
+            (time.monotonic() - started) * 1000, max(first - started, 0.0) * 1000, (last - first) * 1000
+        )
+        return out, timing
+
+    async def _submit(
+        self, target: str, sentences: list[tuple[str, str]], options: DecodeOptions, started: float
+    ) -> list[Timed]:
+        """Queue (source, sentence) pairs: one submit per source language, run together; results in input order.
+
+        With several languages the request's size is checked as a whole first, as one submit would check it."""
+        groups: dict[str, list[int]] = {}
+        for i, (source, _) in enumerate(sentences):
+            groups.setdefault(source, []).append(i)
+        limit = self.settings.max_queue_items
+        if len(groups) > 1 and len(sentences) > limit:
+            raise RequestTooLargeError(len(sentences), limit)
+        deadline = started + self.settings.request_timeout_s
+        answers = await _together(
+            [
+                self.queue.submit(
+                    [sentences[i][1] for i in indices],
+                    source_lang=source,
+                    target_lang=target,
+                    options=options,
+                    deadline=deadline,
+                )
+                for source, indices in groups.items()
+            ]
+        )
+        by_index = {
+            i: t
+            for indices, timed in zip(groups.values(), answers, strict=True)
+            for i, t in zip(indices, timed, strict=True)
+        }
+        return [by_index[i] for i in range(len(sentences))]
+
+    def retry_after(self) -> int:
+        """Seconds a refused client should wait: queued sentences over recent throughput, at least 1."""
+        rate = self.window.items_per_second()
+        return max(1, min(60, int(self.queue.queue_depth / rate) + 1)) if rate > 0 else 1
+
+    def status(self) -> dict[str, Any]:
+        """Queue facts for readiness/debugging."""
+        stats = self.cache.stats
+        cache = {"entries": len(self.cache), "capacity": self.cache.size, "hits": stats.hits, "misses": stats.misses}
+        return {
+            "queue_depth": self.queue.queue_depth,
+            "in_flight": self.queue.in_flight,
+            "scheduler": self.settings.scheduler,
+            "cache": {**cache, "hit_ratio": round(stats.hit_ratio, 4)},
+        }
+
+
+async def _together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Await ``calls`` concurrently; when one fails, cancel the others (dropping their queued sentences) and raise
+    its error as it is (not an ExceptionGroup, so the service maps it to its status)."""
+    if len(calls) == 1:
+        return [await calls[0]]
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -1,0 +1,143 @@
+"""Reading a POST /translate body into a ``TranslateRequest``: JSON or form-encoded, uncompressed, within
+``max_body_bytes`` and ``request_read_timeout_s``; every failure is an ``ApiError`` (4xx) in this project's words."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
+
+from transduce.service.config import Settings
+from transduce.service.errors import ApiError
+from transduce.service.field_errors import MAX_DIGITS, form_number, validation_message
+from transduce.service.schemas import TranslateRequest
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+NUMERIC_FIELDS = ("alternatives", "beam_size")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body, within ``limit`` bytes and ``timeout_s`` seconds; 499 if the client hangs up meanwhile."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise ApiError(413, f"request body ({length} bytes) exceeds the limit of {limit} bytes (max_body_bytes)")
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, f"request body exceeds the limit of {limit} bytes (max_body_bytes)")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"request body not received within {timeout_s:g} s (request_read_timeout_s)",
+            {"Connection": "close"},
+        ) from None
+    except ClientDisconnect:
+        raise ApiError(499, "client closed the connection while sending the request body") from None
+    return b"".join(chunks)
+
+
+class _BodyProblem(ValueError):
+    """A JSON body this service refuses although Python's parser would take it (or fail in its own words)."""
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        raise _BodyProblem(f"body has a number with more than {MAX_DIGITS} digits, more than any field takes")
+    return int(digits)
+
+
+def _no_constants(name: str) -> Any:
+    raise _BodyProblem(f"body is not valid JSON: {name} is not a JSON value")
+
+
+def parse_json(body: bytes) -> Any:
+    """The JSON value of ``body``; ApiError 422 in this project's words when it is not one we accept."""
+    try:
+        return json.loads(body, parse_int=_bounded_int, parse_constant=_no_constants)
+    except _BodyProblem as exc:
+        raise ApiError(422, str(exc)) from None
+    except UnicodeDecodeError:
+        raise ApiError(422, "body is not valid JSON: it is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(422, f"body is not valid JSON: syntax error at line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise ApiError(422, "body nests arrays or objects too deeply") from None
+    except ValueError:
+        raise ApiError(422, "body is not valid JSON") from None
+
+
+async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
+    async def replay() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, replay).form()
+    except Exception:  # noqa: BLE001 - multipart parser errors come in several types
+        raise ApiError(
+            422, "form body cannot be parsed: send application/x-www-form-urlencoded or valid multipart"
+        ) from None
+    data: dict[str, Any] = {k: form.get(k) for k in form if k != "q"}
+    qs = [v for v in form.getlist("q") if isinstance(v, str)]
+    if qs:
+        data["q"] = qs[0] if len(qs) == 1 else qs
+    for field in NUMERIC_FIELDS:  # every form value is text: numbers are decimal digits, an empty one is not given
+        raw = data.get(field)
+        if isinstance(raw, str):
+            try:
+                number = form_number(field, raw)
+            except ValueError as exc:
+                raise ApiError(422, str(exc)) from None
+            if number is None:
+                del data[field]
+            else:
+                data[field] = number
+    return data
+
+
+def _check_content_encoding(request: Request) -> None:
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ApiError(
+            415,
+            f"unsupported content encoding {encoding[:40]!r}: send the body uncompressed (requests are small: at "
+            "most max_chars characters)",
+            {"Accept-Encoding": "identity"},
+        )
+
+
+async def read_body_as(request: Request, settings: Settings, model: type[M], fields: str) -> M:
+    """Parse a JSON or form body into ``model`` (``fields`` names what the body must hold, for the message); every
+    failure is a 4xx in our own words (415 content type or encoding, 408/413 body, 422 shape)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    json_body = ctype == "application/json" or ctype.endswith("+json")
+    if not json_body and ctype not in FORM_TYPES:
+        raise ApiError(
+            415,
+            f"unsupported content type {ctype[:80] or '(none)'!r}: send application/json or "
+            "application/x-www-form-urlencoded",
+        )
+    _check_content_encoding(request)
+    body = await _read_body(request, settings.max_body_bytes, settings.request_read_timeout_s)
+    data = parse_json(body) if json_body else await _parse_form(request, body)
+    if not isinstance(data, dict):
+        raise ApiError(422, f"body must be a JSON object with {fields}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(422, validation_message(exc.errors(), data)) from None
+
+
+async def read_translate_request(request: Request, settings: Settings) -> TranslateRequest:
+    """The body of POST /translate."""
+    return await read_body_as(request, settings, TranslateRequest, "q, source and target")

@@ -1,0 +1,102 @@
+"""POST /translate: LibreTranslate's API (JSON or form-encoded, read by ``request_body``), mapped onto the pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, FastAPI, Request
+
+from transduce.service.deps import StateDep, check_api_key, get_pipeline
+from transduce.service.detect import get_detector
+from transduce.service.errors import ApiError
+from transduce.service.request_body import read_translate_request
+from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest, TranslateResponse
+from transduce.service.validation import AUTO, model_languages, validate_request
+
+router = APIRouter(tags=["translate"])
+T = TypeVar("T")
+
+_schema = TranslateRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+_form_schema = {**_schema, "properties": {**_schema["properties"], "q": {"type": "string"}}}
+OPENAPI_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/TranslateRequest"}},
+            "application/x-www-form-urlencoded": {"schema": _form_schema},
+            "multipart/form-data": {"schema": _form_schema},
+        },
+    }
+}
+
+
+def document_request_schema(app: FastAPI) -> None:
+    """Put TranslateRequest into the OpenAPI components: the JSON body above refers to it (the route reads the body
+    itself to accept forms too, so FastAPI does not add it on its own)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("schemas", {})["TranslateRequest"] = _schema
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+async def until_disconnect(request: Request, work: Coroutine[Any, Any, T], poll_s: float = 0.1) -> T:
+    """Await ``work``, cancelling it (so its queued sentences are dropped) if the client goes away."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ApiError(499, "client closed the request")
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task  # let the batcher drop the queued sentences before we answer
+
+
+@router.post(
+    "/translate",
+    response_model=TranslateResponse,
+    response_model_exclude_none=True,
+    responses=ERROR_RESPONSES,
+    openapi_extra=OPENAPI_BODY,
+    summary="Translate text (LibreTranslate-compatible)",
+)
+async def translate(request: Request, state: StateDep) -> TranslateResponse:
+    """Translate ``q`` (a text or a list of texts) from ``source`` into ``target``; with ``source: "auto"`` the
+    language of each text is detected (and answered in ``detectedLanguage``)."""
+    started = time.monotonic()
+    req = await read_translate_request(request, state.settings)
+    check_api_key(state, request, req.api_key)
+    pipeline = get_pipeline(state)
+    detector = await get_detector(model_languages(pipeline.translator)) if req.source == AUTO else None
+    job = validate_request(req, state.settings, pipeline.translator, detector)
+    request.state.sizes = {"n_items": len(job.items), "n_chars": job.n_chars}
+    state.metrics.characters.inc(job.n_chars)
+    results, timing = await until_disconnect(request, pipeline.translate(job, started=started))
+    request.state.timing = timing
+    state.window.add_request(timing)
+    alternatives = job.num_hypotheses > 1
+    detected = [DetectedLanguage(language=d.language, confidence=d.confidence) for d in job.detected or ()]
+    if not job.as_list:
+        return TranslateResponse(
+            translatedText=results[0].text,
+            alternatives=results[0].alternatives if alternatives else None,
+            detectedLanguage=detected[0] if detected else None,
+        )
+    return TranslateResponse(
+        translatedText=[r.text for r in results],
+        alternatives=[r.alternatives for r in results] if alternatives else None,
+        detectedLanguage=detected or None,
+    )

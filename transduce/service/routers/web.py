@@ -1,0 +1,45 @@
+"""The web page at / (static HTML/CSS/JS, no build step, no external resources) and its settings endpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+
+from transduce.service.deps import StateDep
+
+STATIC = Path(__file__).resolve().parents[1] / "static"
+router = APIRouter(tags=["web"])
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> FileResponse:
+    """The translation page."""
+    return FileResponse(STATIC / "index.html", media_type="text/html")
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> FileResponse:
+    """Browsers ask for /favicon.ico whatever the page links: the same icon, instead of a 404 per visit."""
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+
+@router.get("/frontend/settings")
+async def frontend_settings(state: StateDep) -> dict[str, Any]:
+    """What the page and `transduce translate --url` need: the request limits (named as the settings are;
+    char_limit is max_chars) and the model name (like LibreTranslate's endpoint)."""
+    translator = state.pipeline.translator if state.pipeline else None
+    settings = state.settings
+    return {
+        "char_limit": settings.max_chars,
+        "max_items": settings.max_items,
+        "max_queue_items": settings.max_queue_items,
+        "max_sentence_tokens": settings.max_sentence_tokens,
+        "max_beam_size": settings.max_beam_size,
+        "max_alternatives": settings.max_alternatives,
+        "model": translator.model_name if translator else None,
+        "provider": translator.provider if translator else None,
+        "api_key_required": bool(settings.keys),
+    }

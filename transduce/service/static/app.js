@@ -1,0 +1,227 @@
+"use strict";
+// The page talks only to this server: /languages, /frontend/settings and POST /translate.
+// Errors are shown in plain words; the API's own precise message follows in small print.
+const $ = (id) => document.getElementById(id);
+const KEY_STORAGE = "transduce.api_key";
+let languages = [];
+let settings = { char_limit: 5000, model: "", api_key_required: false };
+let busy = false;
+
+const isMac = /Mac|iPhone|iPad/.test((navigator.userAgentData && navigator.userAgentData.platform) || navigator.platform);
+
+function showError(message, detail = "") {
+  const el = $("error");
+  $("error-text").textContent = message;
+  $("error-detail").textContent = detail ? `Details: ${detail}` : "";
+  el.hidden = !message;
+  if (message) {  // never leave an old translation up beside an error
+    $("output").value = "";
+    $("detected").textContent = "";
+    $("file-link").hidden = true;
+  }
+  if (message && el.scrollIntoView) el.scrollIntoView({ block: "nearest" });
+}
+
+// What an error status means to someone using the page; the API's message is kept as the detail.
+function humanError(status) {
+  if (status === 413) return `The text is too long: this server translates up to ${settings.char_limit} characters at a time.`;
+  if (status === 401 || status === 403) return "This server needs a valid API key: enter it above.";
+  if (status === 503) return "The server is busy or still starting. Please try again in a few seconds.";
+  if (status === 504) return "The translation took too long. Try a shorter text.";
+  if (status === 400 || status === 422) return "The server could not translate this text.";
+  return `Something went wrong on the server (status ${status}). Please try again.`;
+}
+
+function languageName(code) {
+  const lang = languages.find((l) => l.code === code);
+  return lang ? lang.name : code;
+}
+
+function setStatus(message) {
+  $("status").textContent = message;
+}
+
+function fillTargets(keep) {
+  const auto = $("source").value === "auto";  // every language some source translates into
+  const src = languages.find((l) => l.code === $("source").value);
+  const targets = auto ? [...new Set(languages.flatMap((l) => l.targets))].sort() : src ? src.targets : [];
+  const select = $("target");
+  select.innerHTML = "";
+  for (const code of targets) {
+    const lang = languages.find((l) => l.code === code);
+    select.add(new Option(lang ? lang.name : code, code));
+  }
+  if (keep && targets.includes(keep)) select.value = keep;
+}
+
+function updateCounter() {
+  const n = $("input").value.length;
+  const el = $("counter");
+  el.textContent = `${n} / ${settings.char_limit}`;
+  el.classList.toggle("over", n > settings.char_limit);
+  el.title = n > settings.char_limit ? "Over the server's character limit" : "";
+}
+
+async function translate() {
+  if (busy) return;
+  const q = $("input").value;
+  if (!q.trim()) { $("output").value = ""; showError(""); return; }
+  const body = { q, source: $("source").value, target: $("target").value, format: "text" };
+  const key = $("api-key").value.trim();
+  if (key) body.api_key = key;
+  busy = true;
+  $("translate").disabled = true;
+  showError("");
+  setStatus("Translating…");
+  const started = performance.now();
+  try {
+    const response = await fetch("/translate", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const answer = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      showError(humanError(response.status), answer.error || "");
+      setStatus(`Model ${settings.model}`);
+      return;
+    }
+    $("output").value = answer.translatedText;
+    const found = answer.detectedLanguage;
+    $("detected").textContent = found ? `Detected: ${languageName(found.language)} (${Math.round(found.confidence)} %)` : "";
+    const ms = Math.round(performance.now() - started);
+    setStatus(`Translated in ${ms} ms · model ${settings.model}`);
+  } catch (err) {
+    showError("Could not reach the server. Check the connection and try again.", err.message);
+    setStatus("");
+  } finally {
+    busy = false;
+    $("translate").disabled = false;
+  }
+}
+
+function showTab(name) {
+  const file = name === "file";
+  $("tab-text").setAttribute("aria-selected", String(!file));
+  $("tab-file").setAttribute("aria-selected", String(file));
+  $("text-pane").hidden = file;
+  $("text-actions").hidden = file;
+  $("file-pane").hidden = !file;
+  showError("");
+}
+
+async function translateFile() {
+  const file = $("file").files[0];
+  if (!file) { showError("Choose a file to translate first."); return; }
+  if (busy) return;
+  const form = new FormData();
+  form.append("file", file);
+  form.append("source", $("source").value);
+  form.append("target", $("target").value);
+  const key = $("api-key").value.trim();
+  if (key) form.append("api_key", key);
+  busy = true;
+  $("translate-file").disabled = true;
+  $("file-link").hidden = true;
+  showError("");
+  setStatus(`Translating ${file.name}…`);
+  try {
+    const response = await fetch("/translate_file", { method: "POST", body: form });
+    const answer = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      showError(humanError(response.status), answer.error || "");
+      setStatus(`Model ${settings.model}`);
+      return;
+    }
+    const link = $("file-link");
+    link.href = answer.translatedFileUrl;
+    link.textContent = `Download ${decodeURIComponent(answer.translatedFileUrl.split("/").pop())}`;
+    link.hidden = false;
+    setStatus(`${file.name} translated · the download is kept for a few minutes`);
+  } catch (err) {
+    showError("Could not reach the server. Check the connection and try again.", err.message);
+    setStatus("");
+  } finally {
+    busy = false;
+    $("translate-file").disabled = false;
+  }
+}
+
+function swap() {
+  const source = $("source").value;
+  const target = $("target").value;
+  if (source === "auto") { showError("Choose the source language to swap it with the target."); return; }
+  const src = languages.find((l) => l.code === target);
+  if (!src || !src.targets.includes(source)) {
+    showError(`This server cannot translate ${languageName(target)} into ${languageName(source)}.`);
+    return;
+  }
+  showError("");
+  $("source").value = target;
+  fillTargets(source);
+  if ($("output").value) { $("input").value = $("output").value; $("output").value = ""; updateCounter(); }
+}
+
+async function copyOutput() {
+  const text = $("output").value;
+  if (!text) return;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    $("output").select();
+    if (!document.execCommand("copy")) { showError("Copying was refused by the browser: select the text instead."); return; }
+  }
+  setStatus("Translation copied to the clipboard.");
+}
+
+// /languages answers 503 while the model is still loading: wait (Retry-After) and ask again.
+async function loadLanguages() {
+  for (let attempt = 0; attempt < 120; attempt++) {
+    const response = await fetch("/languages");
+    if (response.ok) return response.json();
+    if (response.status !== 503) {
+      const answer = await response.json().catch(() => ({}));
+      throw new Error(answer.error || `status ${response.status}`);
+    }
+    setStatus("The model is loading…");
+    const wait = Math.min(5, Number(response.headers.get("Retry-After")) || 1);
+    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+  }
+  throw new Error("the model did not finish loading");
+}
+
+async function init() {
+  $("shortcut").textContent = isMac ? "⌘+Enter" : "Ctrl+Enter";
+  try {
+    languages = await loadLanguages();  // first: the model name is known once the model has loaded
+    const conf = await fetch("/frontend/settings");
+    if (conf.ok) settings = { ...settings, ...(await conf.json()) };
+  } catch (err) {
+    showError("Could not load the languages from the server.", err.message);
+    return;
+  }
+  if (settings.api_key_required) {
+    $("key-field").hidden = false;
+    $("api-key").value = localStorage.getItem(KEY_STORAGE) || "";
+  }
+  $("source").add(new Option("Detect language", "auto"));
+  for (const lang of languages) $("source").add(new Option(lang.name, lang.code));
+  if (languages.some((l) => l.code === "en")) $("source").value = "en";
+  fillTargets();
+  updateCounter();
+  setStatus(`Model ${settings.model} · ready`);
+}
+
+$("source").addEventListener("change", () => fillTargets($("target").value));
+$("swap").addEventListener("click", swap);
+$("tab-text").addEventListener("click", () => showTab("text"));
+$("tab-file").addEventListener("click", () => showTab("file"));
+$("translate-file").addEventListener("click", translateFile);
+$("translate").addEventListener("click", translate);
+$("copy").addEventListener("click", copyOutput);
+$("input").addEventListener("input", updateCounter);
+$("input").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); translate(); }
+});
+$("api-key").addEventListener("change", () => localStorage.setItem(KEY_STORAGE, $("api-key").value.trim()));
+init();

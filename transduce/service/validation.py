@@ -1,0 +1,193 @@
+"""One validation step: a parsed POST /translate body becomes a ``TranslationJob`` that the pipeline queues as is.
+
+Every request limit of the settings is checked here and nowhere else in the service (the queue's own capacity,
+``max_queue_items``, is checked by the batcher when the job is submitted). Failures raise ``ApiError`` or the
+engine's ``UnsupportedLanguageError``; ``transduce.service.errors`` maps them to HTTP responses.
+
+``source: "auto"`` is resolved here too, per item: each text's language is detected among the model's languages
+that translate into the target, and the target itself (a text already in the target language is passed through
+unchanged). Whether a request is accepted never depends on what is detected: every limit applies to every item.
+
+``format: "html"`` items are parsed here too (``transduce.service.htmldoc``): the limits count the HTML as sent
+(``max_chars``) and the sentences as the model will see them, placeholders included (``max_sentence_tokens``);
+detection reads their text without the markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from transduce.engine.errors import InputTooLongError
+from transduce.engine.text import segment
+from transduce.service.config import Settings
+from transduce.service.detect import Detection, LanguageDetector
+from transduce.service.engine_api import TranslatorLike
+from transduce.service.errors import ApiError
+from transduce.service.htmldoc import parse_html
+from transduce.service.schemas import TranslateRequest
+
+
+class Item(Protocol):
+    """One q entry cut into the sentences sent to the model, and put back together from their translations: a
+    ``Segmented`` (format=text) or an ``HtmlItem`` (format=html, whose sentences hold its inline markup as
+    placeholders)."""
+
+    @property
+    def sentences(self) -> tuple[str, ...]: ...
+
+    def rejoin(self, translations: Sequence[str]) -> str: ...
+
+
+@dataclass(frozen=True)
+class TranslationJob:
+    """A request after validation: its texts cut into sentences (each with its token count) and its search options."""
+
+    sources: tuple[str, ...]  # the source language of each item (detected under source=auto)
+    target: str
+    items: tuple[Item, ...]  # one per q entry; a blank entry has no sentences and comes back as it was
+    tokens: tuple[tuple[int, ...], ...]  # source tokens of every sentence of every item (the batching cost)
+    beam_size: int
+    num_hypotheses: int  # 1 + the alternatives asked for
+    as_list: bool  # q was a list, so the response holds lists
+    n_chars: int
+    detected: tuple[Detection, ...] | None = None  # one per item under source=auto, else None
+
+    @property
+    def sentences(self) -> list[tuple[str, str, int]]:
+        """(source language, sentence, tokens) of every item, flattened in order: what is queued (a sentence whose
+        source is the target language is passed through instead)."""
+        return [
+            (source, s, n)
+            for source, item, counts in zip(self.sources, self.items, self.tokens, strict=True)
+            for s, n in zip(item.sentences, counts, strict=True)
+        ]
+
+
+AUTO = "auto"
+
+
+def validate_request(
+    req: TranslateRequest, settings: Settings, translator: TranslatorLike, detector: LanguageDetector | None = None
+) -> TranslationJob:
+    """Check ``req`` against the settings' limits and the model; cut its texts into sentences.
+
+    ``source: "auto"`` needs ``detector`` (``transduce.service.detect.get_detector`` over ``model_languages``)."""
+    texts = [req.q] if isinstance(req.q, str) else list(req.q)
+    if isinstance(req.q, list) and not req.q:
+        raise ApiError(400, "q is an empty list: send at least one text")
+    if len(texts) > settings.max_items:
+        raise ApiError(400, f"q has {len(texts)} texts, over the limit of {settings.max_items} (max_items)")
+    n_chars = sum(len(t) for t in texts)
+    if n_chars > settings.max_chars:
+        raise ApiError(
+            413, f"request ({n_chars} characters) exceeds the limit of {settings.max_chars} characters (max_chars)"
+        )
+    auto = auto_candidates(req.target, translator, detector) if req.source == AUTO else None
+    if auto is None:
+        if req.source == req.target:
+            raise ApiError(400, f"source and target are both {req.source!r}: choose two different languages")
+        translator.check_pair(req.source, req.target)
+    if req.beam_size is not None and req.beam_size > settings.max_beam_size:
+        raise ApiError(400, f"beam_size {req.beam_size} is over the limit of {settings.max_beam_size} (max_beam_size)")
+    if req.alternatives > settings.max_alternatives:
+        raise ApiError(
+            400, f"alternatives {req.alternatives} is over the limit of {settings.max_alternatives} (max_alternatives)"
+        )
+    beam_size = _beam_size(req, settings)
+    cleaned = [clean_text(t) for t in texts]
+    items: tuple[Item, ...]
+    if req.format == "html":  # max_chars counted the HTML as sent; the model sees the text, markup as placeholders
+        html = [parse_html(t) for t in cleaned]
+        items, plain = tuple(html), [h.text for h in html]
+    else:
+        items, plain = tuple(segment(t) for t in cleaned), cleaned
+    tokens = tuple(tuple(_count_tokens(s, settings, translator) for s in item.sentences) for item in items)
+    detected = tuple(auto[0].detect(t, auto[1]) for t in plain) if auto else None
+    return TranslationJob(
+        sources=tuple(d.language for d in detected) if detected else (req.source,) * len(items),
+        target=req.target,
+        items=items,
+        tokens=tokens,
+        beam_size=beam_size,
+        num_hypotheses=req.alternatives + 1,
+        as_list=isinstance(req.q, list),
+        n_chars=n_chars,
+        detected=detected,
+    )
+
+
+def model_languages(translator: TranslatorLike) -> list[str]:
+    """Every language the model reads or writes, sorted: what detection chooses among."""
+    return sorted({lang for pair in translator.pairs for lang in pair})
+
+
+def auto_candidates(
+    target: str, translator: TranslatorLike, detector: LanguageDetector | None
+) -> tuple[LanguageDetector, list[str]]:
+    """The detector and the languages a text may be detected as when translating into ``target``: those the model
+    translates into ``target``, then ``target`` itself (last, so a text without evidence is translated rather than
+    passed through). 400 when the model cannot produce ``target`` or the detector knows none of those sources."""
+    sources = sorted({s for s, t in translator.pairs if t == target and s != target})
+    if not sources:
+        produced = sorted({t for _, t in translator.pairs})
+        raise ApiError(
+            400,
+            f"source=auto: the model does not translate into {target!r} (it translates into "
+            f"{', '.join(produced)}; see /languages)",
+        )
+    if detector is None:
+        raise ApiError(400, "source=auto (language detection) is not available here: name the source language")
+    known = [s for s in sources if s in detector.labels]
+    if not known:
+        raise ApiError(
+            400,
+            f"source=auto: language detection does not know {', '.join(sources)} (the languages the model translates "
+            f"into {target!r} from): name the source language",
+        )
+    return detector, [*known, target]
+
+
+def _beam_size(req: TranslateRequest, settings: Settings) -> int:
+    """The beam that decodes the request: a beam of k keeps k translations, the best and k - 1 alternatives.
+
+    A beam_size the request names must leave room for its alternatives (400 otherwise: never silently widened);
+    without one, the server's default is widened to fit them, within max_beam_size."""
+    needed = req.alternatives + 1
+    if req.beam_size is not None:
+        if needed > req.beam_size:
+            raise ApiError(
+                400,
+                f"alternatives {req.alternatives} needs beam_size {needed} or more, but beam_size is {req.beam_size} "
+                f"(a beam of {req.beam_size} keeps the best translation and at most {req.beam_size - 1} alternatives)",
+            )
+        return req.beam_size
+    if needed > settings.max_beam_size:
+        raise ApiError(
+            400,
+            f"alternatives {req.alternatives} needs a beam of {needed}, over the limit of {settings.max_beam_size} "
+            "(max_beam_size)",
+        )
+    return max(settings.default_beam_size, needed)
+
+
+def _count_tokens(sentence: str, settings: Settings, translator: TranslatorLike) -> int:
+    """The sentence's source tokens, within max_sentence_tokens and the model's own limit (never truncated)."""
+    n = translator.count_tokens(sentence)
+    if n > settings.max_sentence_tokens:
+        raise InputTooLongError(
+            f"a sentence has {n} tokens, over the limit of {settings.max_sentence_tokens} (max_sentence_tokens); "
+            "split it"
+        )
+    if n > translator.max_source_tokens:
+        raise InputTooLongError(
+            f"a sentence has {n} tokens, over the model's limit of {translator.max_source_tokens} (its maximum "
+            "source length; max_sentence_tokens cannot raise it); split it"
+        )
+    return n
+
+
+def clean_text(text: str) -> str:
+    """Replace lone surrogates (invalid Unicode) so every later step sees encodable text."""
+    return text.encode("utf-8", "replace").decode("utf-8")

@@ -1,0 +1,60 @@
+"""The shipped default model: its checkpoint (package data) and its ONNX export, made once into a cache directory.
+
+Only the command line resolves the default model; the service and the engine are always given a model directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from transduce.engine.manifest import is_stale
+from transduce.paths import user_cache_dir
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "default"
+DEFAULT_CHECKPOINT = WEIGHTS_DIR / "checkpoint.pt"
+TORCH_INSTALL = "pip install 'transduce[torch]' --extra-index-url https://download.pytorch.org/whl/cpu"
+
+log = logging.getLogger("transduce")
+
+
+class ModelUnavailableError(Exception):
+    """No model directory was given and the shipped one cannot be made here; the message says what to do."""
+
+
+def default_checkpoint() -> Path:
+    """The shipped checkpoint (``TRANSDUCE_DEFAULT_CHECKPOINT`` overrides it)."""
+    return Path(os.environ.get("TRANSDUCE_DEFAULT_CHECKPOINT") or DEFAULT_CHECKPOINT)
+
+
+def default_export_dir() -> Path:
+    """Where the shipped model's ONNX export is cached: ``TRANSDUCE_DEFAULT_EXPORT_DIR``, else the user cache."""
+    if os.environ.get("TRANSDUCE_DEFAULT_EXPORT_DIR"):
+        return Path(os.environ["TRANSDUCE_DEFAULT_EXPORT_DIR"])
+    return user_cache_dir() / "default-onnx"
+
+
+def resolve_model_dir(model_dir: str | Path | None) -> Path:
+    """``model_dir`` if given; else the shipped model's ONNX directory, exported first when missing or stale.
+
+    Raises ModelUnavailableError (one actionable line) when the export is needed but PyTorch is not installed."""
+    if model_dir:
+        return Path(model_dir)
+    checkpoint, out = default_checkpoint(), default_export_dir()
+    if not checkpoint.is_file():
+        raise ModelUnavailableError(
+            f"the shipped model {checkpoint} is missing: pass --model DIR (a model directory from `transduce export`)"
+        )
+    if not is_stale(checkpoint, out):
+        return out
+    try:
+        from transduce.export.onnx_export import export_model
+    except ImportError:
+        raise ModelUnavailableError(
+            "the shipped model is exported to ONNX once on first use, which needs PyTorch: "
+            f"`{TORCH_INSTALL}`, or pass --model DIR (a model directory from `transduce export`)"
+        ) from None
+    log.info("exporting the shipped model %s to %s (first use or checkpoint changed)", checkpoint, out)
+    export_model(checkpoint, out)
+    return out

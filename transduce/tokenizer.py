@@ -1,0 +1,115 @@
+"""SentencePiece tokenizer wrapper with target-language tags; torch-free so the engine can import it."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+
+class Tokenizer:
+    """Joint SentencePiece vocabulary; special ids come from the SentencePiece model, never from constants."""
+
+    def __init__(self, model: str | Path | bytes, *, target_tag: str = "", languages: Sequence[str] = ()) -> None:
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            if isinstance(model, bytes):
+                self.sp.LoadFromSerializedProto(model)
+            else:
+                self.sp.Load(str(model))
+        except (OSError, RuntimeError) as exc:
+            raise ValueError(
+                f"cannot load SentencePiece model {model if not isinstance(model, bytes) else '<bytes>'}: {exc}"
+            ) from exc
+        self.target_tag = target_tag
+        self.languages = tuple(languages)
+        self._tag_ids: dict[str, int] = {}
+        for lang in self.languages:
+            if target_tag:
+                tag = target_tag.format(lang=lang)
+                tag_id = self.sp.PieceToId(tag)
+                if tag_id == self.sp.unk_id():
+                    raise ValueError(f"target-language tag {tag!r} is not in the SentencePiece vocabulary")
+                self._tag_ids[lang] = tag_id
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces, special ones included."""
+        return int(self.sp.GetPieceSize())
+
+    @property
+    def pad_id(self) -> int:
+        """Padding id."""
+        return int(self.sp.pad_id())
+
+    @property
+    def unk_id(self) -> int:
+        """Unknown-piece id."""
+        return int(self.sp.unk_id())
+
+    @property
+    def bos_id(self) -> int:
+        """Beginning-of-sentence id."""
+        return int(self.sp.bos_id())
+
+    @property
+    def eos_id(self) -> int:
+        """End-of-sentence id."""
+        return int(self.sp.eos_id())
+
+    def tag_id(self, lang: str) -> int | None:
+        """Id of the tag that asks for translation into ``lang`` (None when the model has no tags)."""
+        if not self.target_tag:
+            return None
+        if lang not in self._tag_ids:
+            raise ValueError(f"no target-language tag for {lang!r}; the model knows {list(self.languages)}")
+        return self._tag_ids[lang]
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> piece ids (no specials)."""
+        return list(self.sp.EncodeAsIds(text))
+
+    def encode_source(self, text: str, target_lang: str | None = None) -> list[int]:
+        """Source ids as the model was trained on them: [<2xx>] pieces </s>."""
+        tag = self.tag_id(target_lang) if target_lang is not None else None
+        return ([tag] if tag is not None else []) + self.encode(text) + [self.eos_id]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Piece ids -> text; control ids (pad/bos/eos/tags) are dropped."""
+        return str(self.sp.DecodeIds([int(i) for i in ids if not self.sp.IsControl(int(i))]))
+
+
+def train_tokenizer(
+    sentences: Iterable[str],
+    *,
+    vocab_size: int,
+    languages: Sequence[str] = (),
+    target_tag: str = "<2{lang}>",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 2_000_000,
+    seed_sentencepiece_size: int = 1_000_000,
+) -> bytes:
+    """Train a joint unigram SentencePiece model (pad=0 unk=1 bos=2 eos=3, tags as control symbols); returns bytes."""
+    tags = [target_tag.format(lang=lang) for lang in languages] if target_tag else []
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=character_coverage,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        control_symbols=tags,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        seed_sentencepiece_size=seed_sentencepiece_size,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        num_threads=2,
+    )
+    return model.getvalue()

@@ -1,0 +1,83 @@
+"""``transduce train --data DIR --out DIR``: every TrainConfig field is an option with its default."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from transduce.training.config import TrainConfig
+
+_HELP = {
+    "max_tokens": "padded source+target tokens per batch",
+    "warmup_steps": "eq. 3 warm-up steps (about 4%% of the run)",
+    "max_minutes": "stop cleanly after this many minutes (0 = no limit)",
+    "max_steps": "stop after N updates (0 = none)",
+    "origin_weights": "sampling weights per corpus origin, e.g. ding=0.35,gettext=1",
+    "precision": "auto = bf16 autocast (CPU and GPU), fp32 = full precision",
+    "init_from": "start from this checkpoint (e.g. the shipped model): its weights, tokenizer and dimensions "
+    "(default: a new model)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--data, --out, --export-fp16 and one option per TrainConfig field."""
+    parser.add_argument("--data", required=True, help="corpus directory from `transduce data build`")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="run directory (checkpoints, tokenizer, metrics.jsonl); an existing run there is resumed",
+    )
+    parser.add_argument(
+        "--export-fp16",
+        default=None,
+        help="after training, write the best of average.pt/last.pt as an fp16 checkpoint here",
+    )
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "languages":
+            parser.add_argument(flag, default=",".join(defaults.languages), help="languages (comma-separated)")
+        elif f.name == "origin_weights":
+            weights = ",".join(f"{k}={v}" for k, v in defaults.origin_weights)
+            parser.add_argument(flag, default=weights, help=_HELP[f.name])
+        else:
+            default = getattr(defaults, f.name)
+            help_text = _HELP.get(f.name, f.name.replace("_", " "))
+            parser.add_argument(flag, type=type(default), default=default, help=help_text)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Build and validate the TrainConfig."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
+    values["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+    values["origin_weights"] = tuple(
+        (k, float(v)) for k, v in (kv.split("=") for kv in args.origin_weights.split(",") if kv)
+    )
+    return TrainConfig(**values)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train (or resume), then optionally export the shipped fp16 checkpoint."""
+    try:
+        cfg = config_from_args(args)
+    except (ValueError, TypeError) as exc:
+        print(f"transduce train: {exc}", file=sys.stderr)
+        return 2
+    data = Path(args.data)
+    if not (data / "train.tsv").is_file() or not (data / "dev.tsv").is_file():
+        print(
+            f"transduce train: {data} has no train.tsv/dev.tsv (build it with `transduce data build`)", file=sys.stderr
+        )
+        return 1
+    from transduce.training.train import Trainer
+
+    summary = Trainer(data, args.out, cfg, progress=sys.stderr.isatty()).run()
+    if args.export_fp16:
+        from transduce.training.ship import ship_fp16
+
+        summary["shipped"] = ship_fp16(Path(args.out), Path(args.export_fp16))
+    print(json.dumps(summary))
+    return 0

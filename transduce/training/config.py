@@ -1,0 +1,103 @@
+"""TrainConfig: every knob of a training run, saved in its checkpoints and rebuilt on resume."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+# per corpus origin (see docs/data.md): everyday, caption and news sentences first; dictionary headwords, one- or
+# two-word UI labels and machine-translated WMT outputs (wmt-sys) rarely; others 1.0
+DEFAULT_ORIGIN_WEIGHTS: tuple[tuple[str, float], ...] = (
+    ("tatoeba", 2.0),
+    ("multi30k", 3.0),
+    ("wmt", 2.0),
+    ("wmt-sys", 0.5),
+    ("bible", 0.25),
+    ("ding", 0.25),
+    ("ding-word", 0.05),
+    ("gettext", 0.3),
+    ("gettext-label", 0.1),
+    ("firefox", 0.5),
+    ("firefox-label", 0.1),
+    ("libreoffice", 0.3),
+    ("libreoffice-label", 0.1),
+    ("debian", 0.3),
+    ("debian-label", 0.2),
+    ("debian-doc", 0.5),
+    ("debian-doc-label", 0.1),
+    ("gnome-help-label", 0.2),
+    ("auf-deutsch-word", 0.5),
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Paper section 5 defaults, scaled down where a run on a small machine needs it."""
+
+    # model (a ModelConfig is built from these plus the vocabulary)
+    d_model: int = 256
+    n_heads: int = 4
+    d_ff: int = 1024
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    dropout: float = 0.1
+    vocab_size: int = 8000
+    languages: tuple[str, ...] = ("de", "en")
+    max_positions: int = 512
+    # data
+    max_tokens: int = 4096  # padded source+target tokens per batch (length-bucketed)
+    max_len: int = 128  # examples longer than this (pieces, either side) are skipped
+    origin_weights: tuple[tuple[str, float], ...] = DEFAULT_ORIGIN_WEIGHTS  # sampling weight per origin (default 1)
+    tokenizer_sample: int = 400_000  # sentences used to train SentencePiece
+    # optimisation (section 5.3): Adam b1=0.9 b2=0.98 eps=1e-9, lr = scale * d^-0.5 * min(s^-0.5, s * w^-1.5)
+    lr_scale: float = 1.0
+    warmup_steps: int = 400  # the paper's 4000 of 100k steps is 4%; scale to the planned run
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0  # 0 disables
+    # run
+    max_steps: int = 0  # 0 = no step limit
+    max_minutes: float = 0.0  # 0 = no time limit; the run stops cleanly with a final checkpoint
+    checkpoint_minutes: float = 10.0
+    keep_checkpoints: int = 5
+    average_last: int = 4  # checkpoints averaged into average.pt at the end
+    eval_examples: int = 400  # dev examples per direction for dev loss
+    bleu_sentences: int = 100  # dev sentences per direction for greedy dev BLEU (0 disables)
+    seed: int = 1
+    init_from: str = ""  # a checkpoint to start from (its tokenizer and dimensions replace the ones above); "" = none
+    precision: str = "auto"  # auto (bf16 autocast on CPU, fp16/bf16 on CUDA) | fp32
+    threads: int = 0  # torch CPU threads (0 = all cores)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < self.max_len * 2:
+            raise ValueError(
+                f"max_tokens ({self.max_tokens}) must hold at least one example of max_len "
+                f"({self.max_len}) on both sides"
+            )
+        if self.precision not in ("auto", "fp32"):
+            raise ValueError(f"precision must be auto or fp32, got {self.precision!r}")
+        if self.warmup_steps < 1 or self.lr_scale <= 0:
+            raise ValueError("warmup_steps must be >= 1 and lr_scale > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        data = asdict(self)
+        data["languages"] = list(self.languages)
+        data["origin_weights"] = [list(x) for x in self.origin_weights]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of to_dict; unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        if set(data) - known:
+            raise ValueError(f"unknown TrainConfig keys {sorted(set(data) - known)}")
+        values = dict(data)
+        values["languages"] = tuple(values.get("languages", ()))
+        values["origin_weights"] = tuple(tuple(x) for x in values.get("origin_weights", ()))
+        return cls(**values)
+
+
+def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """Eq. 3 of the paper: d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
+    step = max(step, 1)
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)

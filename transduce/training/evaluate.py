@@ -1,0 +1,167 @@
+"""``transduce eval``: translate a TSV test set through the ONNX engine (what is served) and score it with sacreBLEU."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Scores of one direction on one test set (or one slice of it)."""
+
+    source: str
+    target: str
+    origin: str
+    sentences: int
+    bleu: float
+    chrf: float
+    seconds: float
+
+    def row(self) -> str:
+        """A markdown table row."""
+        return (
+            f"| {self.origin} | {self.source}->{self.target} | {self.sentences} | {self.bleu:.1f} | {self.chrf:.1f} |"
+        )
+
+
+def read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str, str]]:
+    """(origin, source text, target text) rows of a TSV whose header names the language columns, or of a headerless
+    ``NAME.xx-yy.tsv`` file whose two columns are languages xx and yy (the shared dev sets' format); without an
+    origin column, the origin is the file name up to its first dot."""
+    name_langs = Path(path).name.rsplit(".", 2)[-2].split("-") if Path(path).name.count(".") >= 2 else []
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        first = next(reader, None)
+        if first is not None and source in first and target in first:
+            header, rows = first, list(reader)
+        elif first is not None and len(name_langs) == 2 and {source, target} <= set(name_langs):
+            header, rows = name_langs, [first, *reader]
+        else:
+            raise ValueError(
+                f"{path}: the header must name columns {source!r} and {target!r} (got {first}), or the file name "
+                f"must end in .{source}-{target}.tsv for a headerless file"
+            )
+    si, ti = header.index(source), header.index(target)
+    oi = header.index("origin") if "origin" in header else None
+    stem = Path(path).name.split(".")[0]  # the origin of every row of a file without an origin column
+    return [(row[oi] if oi is not None else stem, row[si], row[ti]) for row in rows if len(row) > max(si, ti)]
+
+
+def evaluate(
+    model_dir: str | Path,
+    tsv: str | Path,
+    *,
+    source: str,
+    target: str,
+    beam_size: int = 4,
+    limit: int | None = None,
+    by_origin: bool = True,
+    device: str = "auto",
+    progress: bool = True,
+    batch_size: int = 64,
+) -> list[EvalResult]:
+    """BLEU and chrF of the engine's translations; one result for all rows, plus one per origin if asked."""
+    import sacrebleu
+    from tqdm import tqdm
+
+    from transduce.engine.options import DecodeOptions
+    from transduce.engine.translator import Translator
+
+    rows = read_tsv(tsv, source, target)[:limit]
+    if not rows:
+        raise ValueError(f"{tsv} has no rows for {source}->{target}")
+    # one hypothesis per distinct (origin, source); every row's target is a reference for it (the Bible test set
+    # pairs each verse of 3 English editions with 2 German ones, so a verse has several references)
+    refs: dict[tuple[str, str], list[str]] = {}
+    for origin, src, tgt in rows:
+        refs.setdefault((origin, src), []).append(tgt)
+    items = list(refs)
+    translator = Translator(model_dir, device=device)
+    translator.check_pair(source, target)
+    options = DecodeOptions(beam_size=beam_size, chunk_size=batch_size)
+    hyps: list[str] = []
+    started = time.monotonic()
+    with tqdm(
+        total=len(items), desc=f"eval {source}->{target}", unit=" sent", disable=not progress, file=sys.stderr
+    ) as bar:
+        for i in range(0, len(items), batch_size * 4):
+            chunk = [src for _, src in items[i : i + batch_size * 4]]
+            hyps += [
+                r.hypotheses[0]
+                for r in translator.translate(chunk, source_lang=source, target_lang=target, options=options)
+            ]
+            bar.update(len(chunk))
+    seconds = time.monotonic() - started
+    groups: dict[str, list[int]] = {"all": list(range(len(items)))}
+    if by_origin:
+        for i, (origin, _) in enumerate(items):
+            groups.setdefault(origin, []).append(i)
+        if len(groups) == 2:  # a single origin: "all" says it already
+            groups.pop(next(k for k in groups if k != "all"))
+    results = []
+    for origin, idx in groups.items():
+        h = [hyps[i] for i in idx]
+        ref_lists = [refs[items[i]] for i in idx]
+        width = max(len(r) for r in ref_lists)
+        streams = [[r[k] if k < len(r) else r[0] for r in ref_lists] for k in range(width)]  # repeat to fill
+        results.append(
+            EvalResult(
+                source,
+                target,
+                origin,
+                len(idx),
+                sacrebleu.corpus_bleu(h, streams).score,
+                sacrebleu.corpus_chrf(h, streams).score,
+                seconds,
+            )
+        )
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the eval command."""
+    parser.add_argument("--model", default=None, help="ONNX model directory (default: the shipped model)")
+    parser.add_argument(
+        "--tsv",
+        required=True,
+        help="test set: TSV with a header naming language columns (and optionally 'origin' for per-source scores)",
+    )
+    parser.add_argument("--source", "-s", required=True, help="source language column, e.g. en")
+    parser.add_argument("--target", "-t", required=True, help="target language column, e.g. de")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam size (1 = greedy)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N rows (default: all)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run the model")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print a markdown table of BLEU/chrF (overall and per origin)."""
+    from transduce.engine.errors import ModelLoadError
+    from transduce.shipped import resolve_model_dir
+
+    try:
+        results = evaluate(
+            resolve_model_dir(args.model),
+            args.tsv,
+            source=args.source,
+            target=args.target,
+            beam_size=args.beam_size,
+            limit=args.limit,
+            device=args.device,
+            progress=sys.stderr.isatty(),
+        )
+    except (ModelLoadError, ValueError, OSError) as exc:
+        print(f"transduce eval: {exc}", file=sys.stderr)
+        return 1
+    print("| origin | direction | sentences | BLEU | chrF |\n|---|---|---|---|---|")
+    for r in results:
+        print(r.row())
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
+    return 0
