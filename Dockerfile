@@ -18,7 +18,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 python3
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
-# only what serving imports: the command line, the engine and the service (no model, export or training code)
+# only what serving imports: the command line, the engine and the service (no model, export or training code);
+# translate_cli.py is the client side (`docker run IMAGE translate --url ...`), torch-free like the rest
 COPY transduce/__init__.py transduce/__main__.py transduce/cli.py transduce/serve_cli.py transduce/translate_cli.py \
      transduce/shipped.py transduce/paths.py transduce/tokenizer.py ./transduce/
 COPY transduce/engine ./transduce/engine

@@ -8,6 +8,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from transduce.shipped import ModelUnavailableError
+
 # command -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("transduce.serve_cli", "serve a model over HTTP (LibreTranslate-compatible API, web page at /)"),
@@ -100,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hint is None:
             raise
         print(f"transduce {name}: needs {exc.name}, which is not installed: {hint}", file=sys.stderr)
+        return 1
+    except ModelUnavailableError as exc:  # no --model, and the shipped model cannot be exported here
+        print(f"transduce {name}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"transduce {name}: interrupted", file=sys.stderr)

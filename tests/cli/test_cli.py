@@ -175,7 +175,8 @@ def test_export_cli(tiny_checkpoint: Path, tmp_path: Path) -> None:
     result = run("export", str(tiny_checkpoint), str(tmp_path / "m"))
     assert result.returncode == 0 and '"greedy_identical": true' in result.stdout
     bad = run("export", str(tmp_path / "missing.pt"), str(tmp_path / "m2"))
-    assert bad.returncode == 1 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr == f"transduce export: checkpoint {tmp_path / 'missing.pt'} does not exist\n"  # nothing else
 
 
 @pytest.mark.parametrize("dtype,stored", [("int8", "int8-dynamic"), ("float16", "float16")])

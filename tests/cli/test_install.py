@@ -39,6 +39,27 @@ def test_serve_without_torch_says_what_to_install_or_pass(no_torch: dict[str, st
     assert "--model DIR" in line
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["translate", "--source", "en", "--target", "de"],
+        ["eval", "--tsv", "dev.tsv", "--source", "en", "--target", "de"],
+        ["bench", "load", "--requests", "1"],
+    ],
+    ids=["translate", "eval", "bench-load"],
+)
+def test_every_command_that_needs_the_shipped_model_says_what_to_install_or_pass(
+    no_torch: dict[str, str], args: list[str], tmp_path: Path
+) -> None:
+    (tmp_path / "dev.tsv").write_text("en\tde\nHello.\tHallo.\n")
+    result = subprocess.run(
+        [*TRANSDUCE, *args], env=no_torch, capture_output=True, text=True, timeout=120, input="Hello.\n", cwd=tmp_path
+    )
+    line = one_line_error(result)
+    assert line.startswith(f"transduce {args[0]}: ") and "--model DIR" in line
+    assert "pip install 'transduce[torch]'" in line
+
+
 def test_export_without_torch_says_what_to_install(
     no_torch: dict[str, str], tiny_checkpoint: Path, tmp_path: Path
 ) -> None:

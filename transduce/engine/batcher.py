@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
+from transduce.engine.options import MAX_BATCH_SIZE, MAX_QUEUE_ITEMS
+
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
@@ -47,10 +49,10 @@ class BatcherClosedError(Exception):
 class BatcherConfig:
     """Batch formation limits; a batch is cut at whichever is reached first."""
 
-    max_batch_size: int = 32  # items (sentences) per process() call
+    max_batch_size: int = MAX_BATCH_SIZE  # items (sentences) per process() call
     max_batch_tokens: int = 4096  # sum of item costs per process() call (an item costlier than this goes alone)
     max_wait_ms: float = 5.0  # how long the oldest queued item waits for company (monotonic deadline)
-    max_queue_items: int = 1024  # bounded queue: a submit that would exceed it is refused at once
+    max_queue_items: int = MAX_QUEUE_ITEMS  # bounded queue: a submit that would exceed it is refused at once
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_batch_tokens", "max_queue_items"):

@@ -50,20 +50,42 @@ class DecodeOptions:
 
 DEFAULT_OPTIONS = DecodeOptions()
 
+# Queue defaults shared by both schedulers (the step scheduler here, the static batcher in batcher.py)
+MAX_BATCH_SIZE = 32  # sentences decoding at once
+MAX_QUEUE_ITEMS = 1024  # sentences allowed to wait; a submit beyond it is refused at once
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Admission limits of the running batch and the queue."""
 
-    max_batch_size: int = 32  # sentences decoding at once, every beam width together
-    max_tokens_in_flight: int = 4096  # summed source tokens x beam of those sentences (a costlier one runs alone)
-    max_queue_items: int = 1024  # sentences waiting to join; a submit beyond it is refused at once
+    max_batch_size: int = MAX_BATCH_SIZE  # sentences decoding at once, every beam width together
+    max_tokens_in_flight: int = 8192  # summed source tokens x beam of those sentences (a costlier one runs alone)
+    max_queue_items: int = MAX_QUEUE_ITEMS  # sentences waiting to join; a submit beyond it is refused at once
     request_share: float = 0.75  # of both limits, what one request may hold, so a newcomer finds room at once
+    # Newcomers join in groups: each join costs a copy of the running batch's state and adds a search object, so
+    # while the batch is busy a join waits until join_min_free places are free (0 = half of max_batch_size) or
+    # join_every_steps steps passed since the last join. An empty or lightly used batch takes newcomers at once.
+    join_min_free: int = 0
+    join_every_steps: int = 8
+    # A queued sentence that does not fit (too costly for the room left) for this many steps stops every other
+    # admission until it fits, so a long legal sentence is never starved by a stream of short ones.
+    starve_steps: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_tokens_in_flight", "max_queue_items"):
+        for name in ("max_batch_size", "max_tokens_in_flight", "max_queue_items", "join_every_steps", "starve_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not 0 < self.request_share <= 1:
             raise ValueError(f"request_share must be in (0, 1], got {self.request_share!r}")
+        if isinstance(self.join_min_free, bool) or not 0 <= self.join_min_free <= self.max_batch_size:
+            raise ValueError(
+                f"join_min_free must be between 0 (half of max_batch_size) and max_batch_size "
+                f"({self.max_batch_size}), got {self.join_min_free!r}"
+            )
+
+    @property
+    def join_free(self) -> int:
+        """Free places that let newcomers join a busy batch at once."""
+        return self.join_min_free or max(1, self.max_batch_size // 2)

@@ -44,8 +44,9 @@ class EngineStats:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
-def _filled(results: list[TranslationResult | None]) -> list[TranslationResult]:
-    """``results`` once every slot holds a result (an empty slot is a bug in the decoding loop, never dropped)."""
+def filled(results: list[TranslationResult | None]) -> list[TranslationResult]:
+    """``results`` once every slot holds a result (an empty slot is a bug in the code that filled it: raised, never
+    dropped, so results never shift onto the wrong inputs)."""
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:
         raise RuntimeError(f"no translation was produced for inputs {missing[:10]}: a decoding loop bug")
@@ -138,7 +139,7 @@ class Translator:
         encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
         for i, result in zip(todo, self.translate_batch(encoded, options=options), strict=True):
             results[i] = result
-        return _filled(results)
+        return filled(results)
 
     def translate_batch(
         self, source: Sequence[Sequence[int]], *, options: DecodeOptions = DEFAULT_OPTIONS
@@ -161,7 +162,7 @@ class Translator:
                     tokens=[list(h.tokens) for h in hyps],
                     scores=[float(h.score) for h in hyps] if options.return_scores else [],
                 )
-        return _filled(results)
+        return filled(results)
 
     def _decode_chunk(self, source: Sequence[Sequence[int]], options: DecodeOptions) -> list[list[Hypothesis]]:
         """Encode once, then step the decoder until the search is done; finished rows leave the batch."""

@@ -44,7 +44,12 @@ def run(args: argparse.Namespace) -> int:
     from transduce.export.verify import VerificationError
 
     started = time.monotonic()
-    print(f"exporting {args.checkpoint} -> {args.out_dir} (2 graphs + verification) ...", file=sys.stderr)
+    if not Path(args.checkpoint).is_file():
+        print(f"transduce export: checkpoint {args.checkpoint} does not exist", file=sys.stderr)
+        return 1
+    print(
+        f"exporting {args.checkpoint} -> {args.out_dir} (encoder, decoder, gather + verification) ...", file=sys.stderr
+    )
     int8 = args.dtype == "int8"
     try:
         config = ExportConfig(
