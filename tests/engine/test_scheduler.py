@@ -57,6 +57,9 @@ async def test_outputs_equal_standalone_decoding_through_joins_and_leaves(
         (DE, "de", "en", DecodeOptions(beam_size=3, num_hypotheses=2, return_scores=True)),
         (EN[::-1], "en", "de", DecodeOptions(beam_size=3)),
         (DE[:2], "de", "en", DecodeOptions(beam_size=1, max_decoding_length=4)),
+        # a long source that leaves after 2 steps: the others go on with the batch's source padding trimmed off
+        ([" ".join(EN * 3)], "en", "de", DecodeOptions(beam_size=1, max_decoding_length=2)),
+        (EN[:3], "en", "de", DecodeOptions(beam_size=1)),
     ]
     async with running(tiny_translator, max_batch_size=batch_size) as (scheduler, steps):
         tasks = []
@@ -157,3 +160,77 @@ async def test_the_io_binding_runner_merges_and_trims_the_same(
         second = await scheduler.submit(DE, source_lang="de", target_lang="en", options=options)
         assert [t.result.tokens for t in await first] == standalone(tiny_translator, EN, "en", "de", options)
     assert [t.result.tokens for t in second] == standalone(tiny_translator, DE, "de", "en", options)
+
+
+async def test_newcomers_join_a_busy_batch_in_groups(tiny_translator: Translator) -> None:
+    """While the batch is busy, a join waits for join_min_free places or join_every_steps steps."""
+    options = DecodeOptions(beam_size=1)
+    async with running(tiny_translator, max_batch_size=4, join_min_free=4, join_every_steps=10**6) as (scheduler, _):
+        first = asyncio.create_task(scheduler.submit(EN[:3], source_lang="en", target_lang="de", options=options))
+        await wait_for(lambda: scheduler.in_flight == 3)
+        second = await scheduler.submit(EN[3:4], source_lang="en", target_lang="de", options=options)
+        done = await first
+    assert second[0].started >= max(t.finished for t in done)  # 1 place free of 4: it waited for the batch to empty
+    async with running(tiny_translator, max_batch_size=4, join_min_free=4, join_every_steps=3) as (scheduler, steps):
+        first = asyncio.create_task(scheduler.submit(EN[:3], source_lang="en", target_lang="de", options=options))
+        await wait_for(lambda: scheduler.in_flight == 3)
+        at = len(steps)
+        second = await scheduler.submit(EN[3:4], source_lang="en", target_lang="de", options=options)
+        await first
+    assert [s.active for s in steps[at : at + 4]].count(4) >= 1  # it joined within join_every_steps steps
+    assert second[0].result.tokens == standalone(tiny_translator, EN[3:4], "en", "de", options)[0]
+
+
+async def test_a_long_sentence_is_not_starved_by_a_stream_of_short_ones(tiny_translator: Translator) -> None:
+    """The long sentence fits only into an empty batch; clients keep it busy with short ones, one after another."""
+    options = DecodeOptions(beam_size=1)
+    long = " ".join(EN)
+    cost = len(tiny_translator.tokenizer.encode_source(long, "de"))
+    budget = cost + 4  # every short sentence costs more than 4: the long one needs the batch to itself
+    stop = False
+
+    async def client(i: int) -> None:
+        while not stop:
+            await scheduler.submit([EN[i % 5]], source_lang="en", target_lang="de", options=options)
+
+    async with running(tiny_translator, max_batch_size=8, max_tokens_in_flight=budget, starve_steps=6) as (
+        scheduler,
+        steps,
+    ):
+        clients = [asyncio.create_task(client(i)) for i in range(6)]
+        await wait_for(lambda: len(steps) >= 10)
+        at = len(steps)
+        (timed,) = await asyncio.wait_for(
+            scheduler.submit([long], source_lang="en", target_lang="de", options=options), 60
+        )
+        waited = len(steps) - at - (len(timed.result.tokens[0]) + 1)
+        stop = True
+        await asyncio.gather(*clients)
+    sources = [len(tiny_translator.tokenizer.encode_source(t, "de")) for t in EN]
+    longest_short = max(options.max_lengths(sources, 10**6))
+    assert waited <= 6 + longest_short + 2  # starve_steps, then at most the running sentences' longest run
+    assert [timed.result.tokens[0]] == standalone(tiny_translator, [long], "en", "de", options)[0]
+
+
+async def test_an_encoder_failure_fails_only_its_request(
+    tiny_model_dir: Any, tiny_translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    translator = Translator(tiny_model_dir, device="cpu", intra_threads=1)
+    encode = translator.runner.encode
+    calls = 0
+
+    def failing_once(ids: Any, mask: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("out of memory (simulated)")
+        return encode(ids, mask)
+
+    monkeypatch.setattr(translator.runner, "encode", failing_once)
+    async with running(translator, max_batch_size=4) as (scheduler, _):
+        with pytest.raises(RuntimeError, match="simulated"):
+            await asyncio.wait_for(scheduler.submit(EN[:2], source_lang="en", target_lang="de"), 10)
+        assert not scheduler.closed
+        after = await asyncio.wait_for(scheduler.submit(DE[:2], source_lang="de", target_lang="en"), 30)
+        assert scheduler.queue_depth == 0 and scheduler.in_flight == 0
+    assert [t.result.tokens for t in after] == standalone(tiny_translator, DE[:2], "de", "en", DecodeOptions())

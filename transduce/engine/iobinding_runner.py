@@ -90,11 +90,13 @@ class IOBindingRunner:
 
     def trim(self, state: DecoderState) -> None:
         """Trimming costs a round trip through host memory here, so it waits until 16 positions can go."""
-        if state.padding_to_trim() >= 16:
+        unused_source = state.encoder_mask.shape[1] - state.source_columns_used()
+        if state.padding_to_trim() >= 16 or unused_source >= 16:
             host = self._on_host(state)
             NumpyRunner(self.sessions).trim(host)
             trimmed = self._on_device(host)
             state.past, state.self_mask = trimmed.past, trimmed.self_mask
+            state.cross, state.encoder_mask = trimmed.cross, trimmed.encoder_mask
 
     def _on_host(self, state: DecoderState) -> DecoderState:
         def host(tensors: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -9,13 +9,6 @@ from transduce.engine.cache import reorder
 from transduce.engine.runner import DecoderState, OrtSessions, empty_state, merged_host
 
 
-def pad_axis2(tensor: np.ndarray, before: int, after: int) -> np.ndarray:
-    """Zeros added before/after axis 2 (the sequence axis of a (rows, heads, length, d_k) cache)."""
-    if before == after == 0:
-        return tensor
-    return np.pad(tensor, ((0, 0), (0, 0), (before, after), (0, 0)))
-
-
 class NumpyRunner:
     """Host-memory decoder runner (see ``transduce.engine.runner.DecoderRunner``)."""
 
@@ -56,22 +49,37 @@ class NumpyRunner:
         state.reorder_host(rows, sentences)
 
     def merge(self, state: DecoderState, other: DecoderState) -> DecoderState:
-        """Concatenate rows and sentences; caches padded at the start, cross K/V at the end of the source."""
+        """Concatenate rows and sentences; caches padded at the start, cross K/V at the end of the source. Each
+        tensor is written once into a new array (no padded intermediate copies)."""
         encoder_mask, self_mask, positions, pad_a, pad_b = merged_host(state, other)
         S = encoder_mask.shape[1]
-        cross = {
-            n: np.concatenate([pad_axis2(a, 0, S - a.shape[2]), pad_axis2(b, 0, S - b.shape[2])])
-            for (n, a), b in zip(state.cross.items(), other.cross.values(), strict=True)
-        }
-        past = {
-            n: np.concatenate([pad_axis2(a, pad_a, 0), pad_axis2(b, pad_b, 0)])
-            for (n, a), b in zip(state.past.items(), other.past.values(), strict=True)
-        }
+        pairs = zip(state.cross.items(), other.cross.values(), strict=True)
+        cross = {n: _stacked(a, b, S, at_start=False) for (n, a), b in pairs}
+        P = self_mask.shape[1]
+        pairs = zip(state.past.items(), other.past.values(), strict=True)
+        past = {n: _stacked(a, b, P, at_start=True) for (n, a), b in pairs}
         return DecoderState(encoder_mask, cross, past, positions, self_mask)
 
     def trim(self, state: DecoderState) -> None:
-        """Slice off the leading cache positions no row attends to."""
+        """Slice off the leading cache positions no row attends to, and the trailing source positions no sentence
+        has (after the longest sources left; the cross K/V are copied once, when a quarter or more can go)."""
         cut = state.padding_to_trim()
         if cut:
             state.past = {n: t[:, :, cut:] for n, t in state.past.items()}
             state.self_mask = state.self_mask[:, cut:]
+        S, keep = state.encoder_mask.shape[1], state.source_columns_used()
+        if keep < S and (S - keep) * 4 >= S:
+            state.cross = {n: np.ascontiguousarray(t[:, :, :keep]) for n, t in state.cross.items()}
+            state.encoder_mask = np.ascontiguousarray(state.encoder_mask[:, :keep])
+
+
+def _stacked(a: np.ndarray, b: np.ndarray, length: int, *, at_start: bool) -> np.ndarray:
+    """``a``'s rows then ``b``'s along axis 0, each zero-padded on axis 2 to ``length`` (before or after)."""
+    out = np.empty((a.shape[0] + b.shape[0], a.shape[1], length, a.shape[3]), dtype=a.dtype)
+    for rows, t in ((slice(0, a.shape[0]), a), (slice(a.shape[0], None), b)):
+        pad = length - t.shape[2]
+        filled = slice(pad, length) if at_start else slice(0, t.shape[2])
+        out[rows, :, filled] = t
+        if pad:
+            out[rows, :, slice(0, pad) if at_start else slice(t.shape[2], length)] = 0
+    return out

@@ -54,6 +54,11 @@ class DecoderState:
         if sentences is not None:
             self.encoder_mask = self.encoder_mask[sentences]
 
+    def source_columns_used(self) -> int:
+        """Source positions up to the last one any sentence has (the rest is padding left by longer sources)."""
+        used = np.flatnonzero(self.encoder_mask.any(axis=0))
+        return int(used[-1]) + 1 if len(used) else 0
+
     def padding_to_trim(self) -> int:
         """Cache positions at the start that every row masks (they can be cut off)."""
         if self.rows == 0 or self.self_mask.shape[1] == 0:

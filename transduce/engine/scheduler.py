@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
@@ -55,6 +56,7 @@ class _Slot:
     request: _Request
     index: int
     queued: float
+    queued_step: int  # the scheduler's step count when it was queued (starvation is counted in steps)
     admitted: float = 0.0
 
 
@@ -86,7 +88,11 @@ class _Request:
         self.results[index] = timed
         self.remaining -= 1
         if self.remaining == 0:
-            self.future.set_result([r for r in self.results if r is not None])
+            missing = [i for i, r in enumerate(self.results) if r is None]
+            if missing:  # a sentence delivered twice: a scheduler bug, never a shifted result list
+                self.future.set_exception(RuntimeError(f"no translation was delivered for sentences {missing[:10]}"))
+            else:
+                self.future.set_result(cast(list[Timed], self.results))
 
     def fail(self, exc: BaseException) -> None:
         """On the event loop: fail the request unless it is already over."""
@@ -111,6 +117,8 @@ class StepScheduler:
         self._queued = 0
         self._batches: dict[int, RunningBatch] = {}  # by beam width
         self._waits: list[float] = []  # queue waits of the jobs admitted since the last step report
+        self._steps = 0  # decoder steps so far
+        self._last_join = 0  # the step count at the last join
         self._thread: threading.Thread | None = None
         self._closed = False
         self._abort: BaseException | None = None
@@ -164,7 +172,7 @@ class StepScheduler:
         request = _Request(loop, loop.create_future(), len(texts), deadline, now)
         tokenizer = self.translator.tokenizer
         for i, text in enumerate(texts):
-            slot = _Slot(request, i, now)
+            slot = _Slot(request, i, now, self._steps)
             ids = tokenizer.encode_source(text, target_lang)
             request.pending.append(Job(ids, options, self._on_done(slot, options), request.over, tag=slot))
         with self._lock:
@@ -244,7 +252,7 @@ class StepScheduler:
     def _admit(self) -> None:
         """Move queued jobs into the running batches, round-robin across requests, within the limits; one request
         holds at most ``request_share`` of them (or one sentence), so a newcomer finds room at the next step."""
-        cfg, admitted, now = self.config, [], time.monotonic()
+        cfg, now = self.config, time.monotonic()
         held: dict[int, list[int]] = {}  # per request: [sentences, cost] decoding now
         for job in (j for b in self._batches.values() for j in b.live_jobs()):
             mine = held.setdefault(id(job.tag.request), [0, 0])
@@ -252,39 +260,86 @@ class StepScheduler:
         active, cost = sum(h[0] for h in held.values()), sum(h[1] for h in held.values())
         share_size = max(1, int(cfg.max_batch_size * cfg.request_share))
         share_cost = cfg.max_tokens_in_flight * cfg.request_share
+
+        def fits(job: Job) -> bool:
+            return not active or cost + job.cost <= cfg.max_tokens_in_flight
+
+        def fair(request: _Request, job: Job) -> bool:
+            mine = held.get(id(request), [0, 0])
+            return not mine[0] or (mine[0] < share_size and mine[1] + job.cost <= share_cost)
+
+        admitted: list[Job] = []
+
+        def take(request: _Request) -> None:
+            nonlocal active, cost
+            job = request.pending.popleft()
+            if not request.pending:
+                self._requests.remove(request)
+            self._queued -= 1
+            active, cost = active + 1, cost + job.cost
+            mine = held.setdefault(id(request), [0, 0])
+            mine[0], mine[1] = mine[0] + 1, mine[1] + job.cost
+            admitted.append(job)
+            job.tag.admitted = now
+            self._waits.append((now - job.tag.queued) * 1000)
+
         with self._lock:
             for request in list(self._requests):  # drop what nobody waits for any more
                 if request.over() or not request.pending:
                     self._queued -= len(request.pending)
                     request.pending.clear()
                     self._requests.remove(request)
+            if not self._requests or not self._may_join(active):
+                return
+            oldest = min(self._requests, key=lambda r: r.pending[0].tag.queued_step)
+            head = oldest.pending[0]
+            if self._steps - head.tag.queued_step >= cfg.starve_steps and fair(oldest, head):
+                if not fits(head):
+                    return  # the batch drains until the sentence that waited longest fits
+                take(oldest)
             blocked = 0  # requests in a row that could not take a sentence
             while self._requests and active < cfg.max_batch_size and blocked < len(self._requests):
                 request = self._requests[0]
                 job = request.pending[0]
-                mine = held.setdefault(id(request), [0, 0])
-                fits = not active or cost + job.cost <= cfg.max_tokens_in_flight
-                fair = not mine[0] or (mine[0] < share_size and mine[1] + job.cost <= share_cost)
                 self._requests.rotate(-1)  # the next sentence comes from the next request
-                if not (fits and fair):
+                if not (fits(job) and fair(request, job)):
                     blocked += 1
                     continue
                 blocked = 0
-                request.pending.popleft()
-                if not request.pending:
-                    self._requests.remove(request)
-                self._queued -= 1
-                active, cost = active + 1, cost + job.cost
-                mine[0], mine[1] = mine[0] + 1, mine[1] + job.cost
-                admitted.append(job)
-                job.tag.admitted = now
-                self._waits.append((now - job.tag.queued) * 1000)
-        by_beam: dict[int, list[Job]] = {}
+                take(request)
+        if admitted:
+            self._last_join = self._steps
+        self._join(admitted)
+
+    def _may_join(self, active: int) -> bool:
+        """Whether newcomers may join now: the batch has room, and it is empty or lightly used, or the last join
+        was ``join_every_steps`` ago (joins in groups keep state copies and search objects few)."""
+        cfg = self.config
+        free = cfg.max_batch_size - active
+        if free <= 0:
+            return False
+        return not active or free >= cfg.join_free or self._steps - self._last_join >= cfg.join_every_steps
+
+    def _join(self, admitted: list[Job]) -> None:
+        """Encode the admitted jobs, one encoder pass per distinct options, into the running batch of their beam
+        width; a failure (e.g. out of memory) fails only the requests of that pass."""
+        groups: dict[DecodeOptions, list[Job]] = {}
         for job in admitted:
-            by_beam.setdefault(job.options.beam_size, []).append(job)
-        for beam, jobs in by_beam.items():
+            groups.setdefault(job.options, []).append(job)
+        for options, jobs in groups.items():
+            beam = options.beam_size
             batch = self._batches.setdefault(beam, RunningBatch(self.translator.runner, self.translator.manifest, beam))
-            real, padded = batch.join(jobs)
+            try:
+                real, padded = batch.join(jobs)
+            except Exception as exc:
+                log.exception("encoding %d joining sentences failed (beam %d)", len(jobs), beam)
+                for job in jobs:
+                    request = job.tag.request
+                    request.cancelled = True  # its other sentences are dropped at the next admission
+                    _call_soon(request, request.fail, exc)
+                if batch.state is None:
+                    del self._batches[beam]
+                continue
             with self.translator.stats.lock:
                 self.translator.stats.batches += 1
                 self.translator.stats.source_tokens += real
@@ -305,6 +360,7 @@ class StepScheduler:
                     _call_soon(request, request.fail, exc)
             if batch.state is None:
                 del self._batches[beam]
+        self._steps += 1
         waits, self._waits = self._waits, []
         stats = self.translator.stats
         with stats.lock:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 from transduce.engine.batcher import BatcherConfig, BatchStats, DynamicBatcher, RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig
 from transduce.engine.scheduler import StepScheduler, StepStats, Timed
-from transduce.engine.translator import TranslationResult, Translator
+from transduce.engine.translator import TranslationResult, Translator, filled
 from transduce.service.cache import TranslationCache
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
@@ -185,10 +185,11 @@ class TranslationPipeline:
             self.cache.put(keys[i], t.result)
         self.metrics.sentences.inc(len(timed))
         self.metrics.generated_tokens.inc(sum(len(t.result.tokens[0]) + 1 for t in timed if t.result.tokens))
+        done = filled(results)
         out: list[ItemTranslation] = []
         cursor = 0
         for item in job.items:
-            mine = [r for r in results[cursor : cursor + len(item.sentences)] if r is not None]
+            mine = done[cursor : cursor + len(item.sentences)]
             cursor += len(item.sentences)
             ranked = [
                 item.rejoin([r.hypotheses[min(k, len(r.hypotheses) - 1)] for r in mine])
