@@ -48,21 +48,30 @@ def document_request_schema(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-async def until_disconnect(request: Request, work: Coroutine[Any, Any, T], poll_s: float = 0.1) -> T:
-    """Await ``work``, cancelling it (so its queued sentences are dropped) if the client goes away."""
+async def until_disconnect(request: Request, work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work``, cancelling it (so its queued sentences are dropped) if the client goes away.
+
+    One watcher per request waits for the server's ``http.disconnect`` message (the body has been read, so the next
+    ``receive`` returns only when the client closes or the response is done) instead of polling."""
     task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=poll_s)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                raise ApiError(499, "client closed the request")
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        raise ApiError(499, "client closed the request")
     finally:
+        watcher.cancel()
         if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task  # let the batcher drop the queued sentences before we answer
+                await task  # let the queue drop the sentences before we answer
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.1)  # a server that answers receive() at once with more (empty) body: do not spin
 
 
 @router.post(
