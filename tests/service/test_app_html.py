@@ -373,8 +373,9 @@ class MangledTranslator(FakeTranslator):
 @pytest.mark.parametrize(
     ("mode", "expected"),
     [
-        # lost tags: the pair around its own text where the translation kept it (case aside), atoms at the end
-        ("drop", '<p>READ THE <a href="/docs">DOCUMENTATION</a> AND PRESS <b>ENTER</b> NOW.<code>x</code></p>'),
+        # lost tags: the pair around its own text where the translation kept it (case aside), an atom after the
+        # word where its source offset maps, spaced as in the source
+        ("drop", '<p>READ THE <a href="/docs">DOCUMENTATION</a> AND PRESS <b>ENTER</b> <code>x</code> NOW.</p>'),
         # repeated: each placeholder counts once, the copies are removed
         ("repeat", '<p>READ THE <a href="/docs">DOCUMENTATION</a> AND PRESS <b>ENTER</b> <code>x</code> NOW.</p>'),
         # an end tag before its start tag: swapped back
@@ -393,6 +394,43 @@ async def test_lost_repeated_swapped_and_invented_placeholders_still_give_every_
     assert fake.translated[1:] == ["Read the [1] documentation [2] and press [3] Enter [4] [5] now."]
     assert out == expected
     assert_same_markup(q, out)
+
+
+class DroppingTranslator(FakeTranslator):
+    """What the shipped model does with placeholders (it almost never copies them): every one is dropped, and every
+    word changes (its letters reversed, lower-cased), so no element's own text is found in the translation."""
+
+    def translate(
+        self, texts: Sequence[str], *, source_lang: str, target_lang: str, options: DecodeOptions = DEFAULT_OPTIONS
+    ) -> list[TranslationResult]:
+        self.calls.append(list(texts))
+        out = [" ".join(w[::-1].lower() for w in t.split() if not MARK.fullmatch(w)) for t in texts]
+        return [TranslationResult(hypotheses=[o] * options.num_hypotheses, tokens=[]) for o in out]
+
+
+async def test_elements_whose_placeholders_are_all_lost_wrap_the_words_they_map_onto() -> None:
+    snippets = [
+        MASTODON,
+        README_FRAGMENT,
+        TABLE,
+        '<p>Read the <a href="/docs">documentation</a> and press <b>Enter</b> <code>x</code> now.</p>',
+        '<p>The page you asked for <a href="/missing">does not exist</a>.</p>',
+        '<p>Click <img src="i.png" alt="icon"> to <em>save</em> your <i>work</i>, then <strong>log out</strong> <br>'
+        "and go home.</p>",
+        '<li><b>Note:</b> the <a href="/x"><em>new</em> settings</a> apply after a restart of <span>the app</span>.'
+        "</li>",
+    ]
+    fake = DroppingTranslator()
+    async with serve(fake) as (client, _):
+        out = await translate(client, snippets)
+    assert "The page you asked for [1] does not exist [2] ." in fake.translated
+    for source, html in zip(snippets, out, strict=True):
+        assert_same_markup(source, html)
+        for node in LexborHTMLParser(html, is_fragment=True).css("a, b, strong, em, i, span"):
+            assert (node.text() or "").strip(), (node.html, html)  # never an empty element
+    assert out[3] == '<p>daer eht <a href="/docs">noitatnemucod</a> dna sserp <b>retne</b> <code>x</code> .won</p>'
+    assert out[4] == '<p>eht egap uoy deksa rof <a href="/missing">seod ton tsixe</a> .</p>'  # not "... .<a></a>"
+    assert out[5].startswith('<p>kcilc <img src="i.png" alt="noci"> ot <em>evas</em> ruoy <i>krow</i> , neht ')
 
 
 def random_html(rng: random.Random, depth: int = 0) -> str:

@@ -101,3 +101,26 @@ async def test_the_step_scheduler_serves_joins_and_drops_a_client_that_left(tiny
         await wait_until(lambda: pipeline.queue.in_flight == 0 and pipeline.queue.queue_depth == 0)
     assert answers[0].json() == {"translatedText": alone(tiny_translator, SENTENCES[0], beam=1)[0]}
     assert answers[1].json() == {"translatedText": alone(tiny_translator, "Guten Tag.", source="de")[0]}
+
+
+@pytest.mark.parametrize("scheduler", ["step", "static"])
+async def test_the_runaway_guard_is_a_setting(tiny_translator: Translator, scheduler: str) -> None:
+    """The tiny random model rarely says eos: its outputs run to the length cap, which the settings set."""
+    text = "Hello world. The cat sees the dog."
+    sentences = ["Hello world.", "The cat sees the dog."]
+    for ratio, extra in ((2.0, 10), (0.5, 2)):
+        async with serve(tiny_translator, scheduler=scheduler, max_length_ratio=ratio, extra_decoding_length=extra) as (
+            client,
+            app,
+        ):
+            r = await client.post("/translate", json={"q": text, **EN_DE, "beam_size": 1})
+            cached = dict(app.state.transduce.pipeline.cache._entries)  # sentence -> the engine's result
+        assert r.status_code == 200
+        by_text = {key[-1]: result for key, result in cached.items()}
+        for sentence in sentences:
+            cap = DecodeOptions(max_length_ratio=ratio, extra_decoding_length=extra).max_lengths(
+                [tiny_translator.count_tokens(sentence)], 10**6
+            )[0]
+            produced = len(by_text[sentence].tokens[0])  # generated pieces, eos not included
+            assert produced <= cap, (sentence, produced, cap)
+    assert produced == cap  # the random model ran to the tight cap: the setting, not the model, stopped it

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.harness import EN_DE, FakeTranslator, fake_translation, serve
+from tests.service.harness import EN_DE, FakeTranslator, IsolatedSettings, fake_translation, serve
 from transduce.engine.errors import InputTooLongError
 
 pytestmark = pytest.mark.anyio
@@ -115,6 +115,12 @@ async def test_a_default_beam_widened_past_max_beam_size_is_400() -> None:
         r = await client.post("/translate", json={"q": "x", **EN_DE, "alternatives": 4})
     assert r.status_code == 400
     assert r.json() == {"error": "alternatives 4 needs a beam of 5, over the limit of 4 (max_beam_size)"}
+
+
+def test_a_default_beam_over_max_beam_size_is_refused_when_the_settings_are_made() -> None:
+    with pytest.raises(ValueError, match="default_beam_size 5 is over max_beam_size 4: lower default_beam_size"):
+        IsolatedSettings(default_beam_size=5, max_beam_size=4)
+    assert IsolatedSettings(default_beam_size=4, max_beam_size=4).default_beam_size == 4
 
 
 async def test_languages_in_libretranslate_shape() -> None:
@@ -291,7 +297,14 @@ async def test_compressed_bodies_are_415(encoding: str) -> None:
 
 
 async def test_frontend_settings_state_the_request_limits() -> None:
-    async with serve(max_chars=123, max_items=7, max_queue_items=99, max_beam_size=3, max_alternatives=2) as (c, _):
+    limits: dict[str, Any] = {
+        "max_chars": 123,
+        "max_items": 7,
+        "max_queue_items": 99,
+        "max_beam_size": 3,
+        "default_beam_size": 3,
+    }
+    async with serve(**limits, max_alternatives=2) as (c, _):
         settings = (await c.get("/frontend/settings")).json()
     assert {k: settings[k] for k in ("char_limit", "max_items", "max_queue_items", "max_beam_size")} == {
         "char_limit": 123,

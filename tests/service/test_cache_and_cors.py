@@ -34,6 +34,8 @@ async def test_repeated_sentences_come_from_the_cache_and_options_never_mix() ->
     assert latency["cache"] == {"entries": 6, "capacity": 10_000, "hits": 2, "misses": 6, "hit_ratio": 0.25}
     assert re.search(r"^transduce_cache_hits_total 2\.0$", metrics, re.M)
     assert re.search(r"^transduce_cache_misses_total 6\.0$", metrics, re.M)
+    assert re.search(r"^transduce_cache_entries 6\.0$", metrics, re.M)
+    assert re.search(r"^transduce_cache_hit_ratio 0\.25$", metrics, re.M)
 
 
 async def test_cache_size_zero_turns_it_off() -> None:

@@ -37,6 +37,7 @@ def fuzz_url(tiny_translator: Translator) -> Iterator[str]:
         max_chars=300,
         max_items=5,
         max_beam_size=2,
+        default_beam_size=2,
         max_alternatives=1,
         max_wait_ms=0.0,
         request_timeout_s=10.0,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from transduce.engine.batcher import BatcherConfig
 from transduce.engine.options import DecodeOptions, SchedulerConfig
+from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
 # the engine's defaults, which the service's defaults are
 BATCHER, DECODE, SCHEDULER = BatcherConfig(), DecodeOptions(), SchedulerConfig()
@@ -47,6 +49,17 @@ class Settings(BaseSettings):
     max_beam_size: int = Field(8, description="largest beam_size a request may ask for")
     default_beam_size: int = Field(DECODE.beam_size, description="beam size when the request names none (1 = greedy)")
     max_alternatives: int = Field(5, description="largest alternatives count a request may ask for")
+    # runaway guard: a translation is at most max_length_ratio x its source tokens + extra_decoding_length tokens
+    max_length_ratio: float = Field(DECODE.max_length_ratio, description="output length cap relative to the source")
+    extra_decoding_length: int = Field(
+        DECODE.extra_decoding_length, description="tokens added to the output length cap (for short sources)"
+    )
+    max_glossary_terms: int = Field(100, description="entries in a request's glossary; beyond: 400 (0 = none taken)")
+    glossary_file: str | None = Field(
+        None,
+        description='server-wide glossary: JSON {"en-de": [{"source": ..., "target": ... or null}, ...]}, read at '
+        "start-up; a request's glossary overrides it term by term",
+    )
     api_keys: str = Field("", description="comma-separated API keys; empty = no key needed")
     protect_health: bool = Field(False, description="require the API key on /health*, /metrics too")
     shutdown_grace_s: float = Field(30.0, description="time to finish accepted requests after SIGTERM")
@@ -104,11 +117,26 @@ class Settings(BaseSettings):
             raise ValueError(f"must be >= 1, got {value}")
         return value
 
-    @field_validator("max_wait_ms", "shutdown_grace_s", "max_alternatives", "intra_threads", "cache_size")
+    @field_validator(
+        "max_wait_ms",
+        "shutdown_grace_s",
+        "max_alternatives",
+        "intra_threads",
+        "cache_size",
+        "max_glossary_terms",
+        "extra_decoding_length",
+    )
     @classmethod
     def _not_negative(cls, value: float) -> float:
         if not value >= 0:  # also refuses NaN
             raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @field_validator("max_length_ratio")
+    @classmethod
+    def _ratio(cls, value: float) -> float:
+        if not 0 < value <= 100:  # also refuses NaN
+            raise ValueError(f"must be > 0 and at most 100, got {value}")
         return value
 
     @field_validator("request_timeout_s", "file_ttl_s")
@@ -124,6 +152,29 @@ class Settings(BaseSettings):
         if not 0 <= value <= 65535:
             raise ValueError(f"must be a TCP port between 0 and 65535, got {value}")
         return value
+
+    _glossary: ServerGlossary = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _beam_and_glossary(self) -> Settings:
+        if self.default_beam_size > self.max_beam_size:
+            raise ValueError(
+                f"default_beam_size {self.default_beam_size} is over max_beam_size {self.max_beam_size}: lower "
+                "default_beam_size or raise max_beam_size"
+            )
+        if self.glossary_file:  # read once, here: a bad file stops start-up with one line saying what to fix
+            try:
+                self._glossary = load_glossary_file(self.glossary_file)
+            except GlossaryFileError as exc:
+                problem = PydanticCustomError("glossary_file", "{problem}", {"problem": str(exc)})
+                detail = InitErrorDetails(type=problem, loc=("glossary_file",), input=self.glossary_file)
+                raise ValidationError.from_exception_data(type(self).__name__, [detail]) from None
+        return self
+
+    @property
+    def glossary(self) -> ServerGlossary:
+        """The glossary file's terms per (source, target) language pair (empty without a file)."""
+        return self._glossary
 
     @property
     def origins(self) -> list[str]:

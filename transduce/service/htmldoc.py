@@ -22,14 +22,14 @@ as one.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
-from transduce.service.htmlunits import Atom, AttrSlot, Inline, Node, Tag, Unit, plain_text
+from transduce.service.htmlunits import Atom, AttrSlot, Inline, Node, Tag, Term, Unit, plain_text
 
 MAX_DEPTH = 128  # elements nested deeper than this are refused (400): real pages stay far below it
 
@@ -112,6 +112,17 @@ class HtmlItem:
         """The text to translate, without markup (for language detection)."""
         return "\n".join(" ".join(self._slot_sentences(s)) if isinstance(s, _AttrText) else s.text for s in self._slots)
 
+    def with_terms(self, split: Callable[[str], list[str | Term]]) -> HtmlItem:
+        """This item with glossary terms in its translatable text (``split`` cuts a text into text and ``Term``s),
+        never in markup, attributes or what is not translated; the units without a term are kept as they are."""
+        new = {
+            id(u): Unit(nodes) for u in self._slots if isinstance(u, Unit) and (nodes := _with_terms(u.nodes, split))
+        }
+        if not new:
+            return self
+        parts = [new.get(id(p), p) if isinstance(p, Unit) else p for p in self._parts]
+        return HtmlItem(parts, [new.get(id(s), s) if isinstance(s, Unit) else s for s in self._slots])
+
     def rejoin(self, translations: Sequence[str]) -> str:
         """The HTML with ``translations`` (one per sentence, in order) in place of its sentences."""
         if len(translations) != len(self.sentences):
@@ -134,6 +145,23 @@ class HtmlItem:
             else part.render(mine.get(id(part), ()), values)
             for part in self._parts
         )
+
+
+def _with_terms(nodes: Sequence[Node], split: Callable[[str], list[str | Term]]) -> list[Node] | None:
+    """``nodes`` with their text cut around terms (inside inline elements too); None when no term was found."""
+    out: list[Node] = []
+    found = False
+    for node in nodes:
+        if isinstance(node, str):
+            pieces = split(node)
+            found = found or any(isinstance(p, Term) for p in pieces)
+            out += pieces
+        elif isinstance(node, Inline) and (children := _with_terms(node.children, split)) is not None:
+            out.append(Inline(node.tag, children))
+            found = True
+        else:
+            out.append(node)
+    return out if found else None
 
 
 class _Builder:

@@ -13,16 +13,19 @@ are not sent at all and land at the end of their sentence.
 A model may drop, repeat, swap or invent placeholders, so putting back never trusts it: a repeated or invented
 placeholder is removed; a lost one is re-attached where it most likely belongs (a lost start tag before the last word
 ahead of its end tag, a lost end tag after the first word behind its start tag, a lost pair around the element's own
-text when the translation kept it verbatim — a name, a number, a file — else at the end of the sentence; a swapped
-pair is swapped back); then the tree is rebuilt from the original elements, each placed once, nested as in the source
-and never overlapping a sibling. So the result is always well-formed HTML holding every original tag exactly once.
-The model's text is escaped: it can never add markup.
+text when the translation kept it verbatim — a name, a number, a file — else around the words its source span maps
+onto, never empty; a lost atom after the word nearest where it maps; a swapped pair is swapped back); then the tree is
+rebuilt from the original elements, each placed once, nested as in the source and never overlapping a sibling. So the
+result is always well-formed HTML holding every original tag exactly once. The model's text is escaped.
+
+Glossary terms (``Term``) travel as placeholders too: the model never sees them, the target term goes where its
+placeholder comes back (or maps, when lost); a sentence of terms alone is not sent. ``html=False``: plain text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -33,6 +36,9 @@ _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not t
 _SPACES = re.compile(r"[ \t\n\r\f]+")
 _LAST_WORD = re.compile(r"(\S+?)[.,;:!?…)\]\"'»”’]*\s*$")
 _FIRST_WORD = re.compile(r"\s*\S+")
+_WORD = re.compile(r"\w+(?:[-'’.]\w+)*")  # a word of a translation, for placing what the model lost
+_ENDS_SENTENCE = re.compile(r"[\s.!?…]")  # what could end a sentence inside a term: hidden from segmentation
+_WORDY = re.compile(r"\w")
 
 
 def escape_text(text: str) -> str:
@@ -93,16 +99,30 @@ class Inline:
     children: list[Node] = field(default_factory=list)
 
 
-Node = Inline | Atom | str
+@dataclass(eq=False)
+class Term:
+    """A glossary term found in the text: one placeholder for the model, ``target`` in the translation (the term to
+    use, or the source term as found to keep it)."""
+
+    source: str
+    target: str
+
+
+Node = Inline | Atom | Term | str
 
 
 @dataclass
 class _Mark:
-    """A start tag, end tag or atom at ``offset`` of the unit's text."""
+    """A start tag, end tag, atom or term at ``offset`` of the unit's text."""
 
-    kind: Literal["open", "close", "atom"]
-    node: Inline | Atom
+    kind: Literal["open", "close", "atom", "term"]
+    node: Inline | Atom | Term
     offset: int
+
+    @property
+    def end(self) -> int:
+        """Where the text the mark covers ends (a term's source text; markup covers none)."""
+        return self.offset + len(self.node.source) if isinstance(self.node, Term) else self.offset
 
 
 @dataclass
@@ -114,6 +134,7 @@ class _Sentence:
     text: str  # sent to the model
     ids: dict[int, int]  # placeholder number -> mark index
     literal: set[int]  # numbers written as [n] in the sentence itself (text, not placeholders)
+    fixed: bool = False  # only terms to put in (and markup, punctuation): not sent, its own translation
 
 
 def _flatten(nodes: Sequence[Node], text: list[str], marks: list[_Mark], size: int) -> int:
@@ -124,6 +145,10 @@ def _flatten(nodes: Sequence[Node], text: list[str], marks: list[_Mark], size: i
             size += len(node)
         elif isinstance(node, Atom):
             marks.append(_Mark("atom", node, size))
+        elif isinstance(node, Term):
+            marks.append(_Mark("term", node, size))
+            text.append(node.source)
+            size += len(node.source)
         else:
             marks.append(_Mark("open", node, size))
             size = _flatten(node.children, text, marks, size)
@@ -138,26 +163,39 @@ def plain_text(nodes: Sequence[Node]) -> str:
     return "".join(text)
 
 
-class Unit:
-    """The inline content of one block: its sentences for the model, and the HTML rebuilt from their translations."""
+def _target_text(nodes: Sequence[Node]) -> str:
+    """The text of ``nodes`` as the translation should hold it verbatim: terms as their targets, atoms left out."""
+    return "".join(
+        n if isinstance(n, str) else n.target if isinstance(n, Term) else _target_text(getattr(n, "children", ()))
+        for n in nodes
+    )
 
-    def __init__(self, nodes: list[Node]) -> None:
-        self.nodes = nodes
+
+class Unit:
+    """The inline content of one block: its sentences for the model, and the HTML rebuilt from their translations
+    (or, with ``html=False``, a plain text with glossary terms: line breaks end sentences, nothing is escaped)."""
+
+    def __init__(self, nodes: list[Node], *, html: bool = True) -> None:
+        self.nodes, self.html = nodes, html
         text: list[str] = []
         self.marks: list[_Mark] = []
         _flatten(nodes, text, self.marks, 0)
         self.text = "".join(text)
         self._index: dict[tuple[int, str], int] = {(id(m.node), m.kind): i for i, m in enumerate(self.marks)}
         self._sentences = [self._sentence(s, e) for s, e in self._spans()]
-        self.sentences = tuple(s.text for s in self._sentences)
+        self.sentences = tuple(s.text for s in self._sentences if not s.fixed)
 
     def _spans(self) -> list[tuple[int, int]]:
         """(start, end) of every sentence: ``segment`` on each stretch between hard breaks, HTML whitespace read as
-        spaces (so a line break inside a paragraph does not end a sentence)."""
+        spaces (so a line break inside a paragraph does not end a sentence), each term read as one word."""
+        view = list(_HTML_SPACE.sub(" ", self.text) if self.html else self.text)
+        for m in self.marks:
+            if m.kind == "term":
+                view[m.offset : m.end] = _ENDS_SENTENCE.sub("_", self.text[m.offset : m.end])
         cuts = sorted({m.offset for m in self.marks if isinstance(m.node, Atom) and m.node.hard_break})
         spans = []
         for lo, hi in zip([0, *cuts], [*cuts, len(self.text)], strict=True):
-            seg = segment(_HTML_SPACE.sub(" ", self.text[lo:hi]))
+            seg = segment("".join(view[lo:hi]))
             at = lo + len(seg.leading)
             for sentence, separator in zip(seg.sentences, seg.separators, strict=True):
                 spans.append((at, at + len(sentence)))
@@ -165,7 +203,11 @@ class Unit:
         return spans
 
     def _sentence(self, start: int, end: int) -> _Sentence:
-        inside = [i for i, m in enumerate(self.marks) if start < m.offset < end and not _silent(m)]
+        inside = [
+            i
+            for i, m in enumerate(self.marks)
+            if (start < m.offset < end and not _silent(m)) or (m.kind == "term" and start <= m.offset < end)
+        ]
         source = self.text[start:end]
         literal = {int(n) for n in _MARK.findall(source)}
         ids: dict[int, int] = {}
@@ -177,14 +219,18 @@ class Unit:
                 number += 1
             ids[number] = i
             pieces += [self.text[at : self.marks[i].offset], f" [{number}] "]
-            at = self.marks[i].offset
+            at = self.marks[i].end
         pieces.append(self.text[at:end])
-        return _Sentence(start, end, _SPACES.sub(" ", "".join(pieces)).strip(" "), ids, literal)
+        sent = _SPACES.sub(" ", "".join(pieces)).strip(" ")
+        terms = any(self.marks[i].kind == "term" for i in inside)
+        return _Sentence(start, end, sent, ids, literal, terms and not re.search(r"\w", _MARK.sub("", sent)))
 
     def render(self, translations: Sequence[str], values: Sequence[str]) -> str:
-        """The unit's HTML with ``translations`` (one per sentence) in place of its sentences."""
-        if len(translations) != len(self._sentences):
-            raise ValueError(f"{len(translations)} translations for {len(self._sentences)} sentences")
+        """The unit's HTML (or text) with ``translations`` (one per sentence sent) in place of its sentences."""
+        if len(translations) != len(self.sentences):
+            raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
+        sent = iter(translations)
+        translations = [s.text if s.fixed else next(sent) for s in self._sentences]
         target: list[str] = []
         keys: dict[int, tuple[int, int]] = {}  # mark index -> (position in the target text, order)
         size = order = 0
@@ -203,7 +249,7 @@ class Unit:
                 keys[i] = (size, order)
                 order += 1
             for i in by_offset:
-                if lo <= self.marks[i].offset <= hi and i not in keys:
+                if lo <= self.marks[i].offset <= hi and i not in keys and self.marks[i].kind != "term":
                     keys[i] = (size + self.marks[i].offset - lo, order)
                     order += 1
             target.append(self.text[lo:hi])
@@ -218,7 +264,8 @@ class Unit:
                 size += len(text)
         full = "".join(target)
         self._tidy(full, keys)
-        return _Render(full, keys, self._index, values).nodes(self.nodes, (0, -1), (len(full), order))
+        escape = escape_text if self.html else str
+        return _Render(full, keys, self._index, values, escape).nodes(self.nodes, (0, -1), (len(full), order))
 
     def _restore(self, sentence: _Sentence, translation: str) -> tuple[str, dict[int, int]]:
         """The translation without placeholders, and where each of the sentence's marks goes in it."""
@@ -239,34 +286,37 @@ class Unit:
             if mark is None:  # repeated or invented: drop it, and one of the spaces around it
                 text += tail.lstrip() if text[-1:].isspace() else tail
                 continue
-            offset = self.marks[mark].offset
-            if not self.text[offset - 1].isspace():  # no space before it in the source: none here either
-                text = text[: max(len(text.rstrip()), max(positions.values(), default=0))]
-            if not self.text[offset].isspace():
+            m = self.marks[mark]
+            term = m.kind == "term"  # a word: never glued to another word
+            if m.offset and not self.text[m.offset - 1].isspace() and not (term and _WORDY.match(text.rstrip()[-1:])):
+                text = text[: max(len(text.rstrip()), max(positions.values(), default=0))]  # none here either
+            if m.end < len(self.text) and not self.text[m.end].isspace() and not (term and _WORDY.match(tail.lstrip())):
                 tail = tail.lstrip()
             positions[mark] = len(text)
-            text += tail
+            text += (m.node.target if isinstance(m.node, Term) else "") + tail
         stripped = text.lstrip()
         lead = len(text) - len(stripped)
         stripped = stripped.rstrip()
         positions = {m: min(max(p - lead, 0), len(stripped)) for m, p in positions.items()}
-        self._reattach(sentence, stripped, positions)
-        return stripped, positions
+        return self._reattach(sentence, stripped, positions), positions
 
-    def _reattach(self, sentence: _Sentence, text: str, positions: dict[int, int]) -> None:
-        """Place the sentence's marks the model lost, and swap back an end tag it put before its start tag."""
+    def _reattach(self, sentence: _Sentence, text: str, positions: dict[int, int]) -> str:
+        """Place the sentence's marks the model lost (the text, with the lost terms put in, is returned), and swap
+        back an end tag it put before its start tag."""
         ids = set(sentence.ids.values())
         lost = [i for i in sorted(ids) if i not in positions]
+        for i in lost:  # atoms and terms first: putting them in may add text
+            if self.marks[i].kind in ("atom", "term"):
+                text = self._put(i, sentence, text, positions)
         for i in lost:
             mark = self.marks[i]
-            if mark.kind == "atom":
-                positions[i] = len(text)
-            elif mark.kind == "open":
+            if mark.kind == "open":
                 close = self._index[(id(mark.node), "close")]
-                own = _SPACES.sub(" ", plain_text(mark.node.children if isinstance(mark.node, Inline) else [])).strip()
+                own = _SPACES.sub(" ", _target_text(getattr(mark.node, "children", ()))).strip()
                 if close in ids and close not in positions:  # both lost: around its own text if the model kept it
                     at = _find(text, own)
-                    positions[i], positions[close] = (at, at + len(own)) if at >= 0 else (len(text), len(text))
+                    span = (at, at + len(own)) if at >= 0 else self._mapped(sentence, text, mark, close)
+                    positions[i], positions[close] = span
                 else:  # before the last word ahead of its end tag (or of the sentence's end)
                     limit = positions.get(close, len(text))
                     found = _LAST_WORD.search(text[:limit])
@@ -277,6 +327,10 @@ class Unit:
                 start = positions.get(self._index[(id(mark.node), "open")], 0)
                 found = _FIRST_WORD.match(text, start)
                 positions[i] = found.end() if found else len(text)
+        terms = [(p, p + len(n.target)) for j, p in positions.items() if isinstance(n := self.marks[j].node, Term)]
+        for i, (start, end) in ((i, t) for i in lost if self.marks[i].kind in ("open", "close") for t in terms):
+            if start < positions[i] < end:  # a tag put back never splits a term's words
+                positions[i] = end if self.marks[i].kind == "close" else start
         swaps = {}
         for i in ids - set(lost):
             mark = self.marks[i]
@@ -287,6 +341,39 @@ class Unit:
             placed = list(positions.items())
             positions.clear()
             positions.update((swaps.get(i, i), pos) for i, pos in placed)
+        return text
+
+    def _scale(self, sentence: _Sentence, text: str, offset: int) -> float:
+        """Where ``offset`` of the source sentence falls in ``text``, in proportion to the lengths."""
+        return (offset - sentence.start) / max(sentence.end - sentence.start, 1) * len(text)
+
+    def _mapped(self, sentence: _Sentence, text: str, mark: _Mark, close: int) -> tuple[int, int]:
+        """Where a lost pair goes when its own text is not in the translation: around the words whose middle falls
+        where its source span maps (the word nearest to it when none does), so it never comes back empty."""
+        lo, hi = self._scale(sentence, text, mark.offset), self._scale(sentence, text, self.marks[close].offset)
+        words = [(w.start(), w.end()) for w in _WORD.finditer(text)]
+        inside = [w for w in words if lo <= (w[0] + w[1]) / 2 < hi]
+        inside = inside or sorted(words, key=lambda w: abs(w[0] + w[1] - lo - hi))[:1]
+        return (inside[0][0], inside[-1][1]) if inside else (len(text), len(text))
+
+    def _put(self, i: int, sentence: _Sentence, text: str, positions: dict[int, int]) -> str:
+        """Put a lost atom or term where its source offset maps: after the nearest word's end (before the final
+        punctuation), with a space when the source had one before it; at the start when nothing came before it."""
+        mark = self.marks[i]
+        piece = mark.node.target if isinstance(mark.node, Term) else ""
+        spaced = bool(piece) or self.text[mark.offset - 1].isspace()  # (a lost atom is never first in the unit)
+        ends = [w.end() for w in _WORD.finditer(text)]
+        if not ends or not re.search(r"\w", self.text[sentence.start : mark.offset]):
+            at, before, after = 0, "", " " if isinstance(mark.node, Term) and text[:1].strip() else ""
+        else:
+            x = self._scale(sentence, text, mark.offset)
+            at, before, after = min(ends, key=lambda e: abs(e - x)), " " if spaced else "", ""
+        insert = before + piece + after
+        for j, p in positions.items():
+            if p > at:
+                positions[j] = p + len(insert)
+        positions[i] = at + len(before)
+        return text[:at] + insert + text[at:]
 
     def _tidy(self, full: str, keys: dict[int, tuple[int, int]]) -> None:
         """Tags hug their text as in the source: no space moved inside an element that had none at its edges."""
@@ -320,28 +407,30 @@ def _silent(mark: _Mark) -> bool:
     return isinstance(mark.node, Atom) and mark.node.silent
 
 
+@dataclass
 class _Render:
     """Rebuilds a unit's tree over the target text: each element once, inside its parent, after its left sibling."""
 
-    def __init__(
-        self, text: str, keys: dict[int, tuple[int, int]], index: dict[tuple[int, str], int], values: Sequence[str]
-    ) -> None:
-        self.text, self.keys, self.index, self.values = text, keys, index, values
+    text: str
+    keys: dict[int, tuple[int, int]]  # mark index -> (position in text, order)
+    index: dict[tuple[int, str], int]
+    values: Sequence[str]  # translated attribute values
+    escape: Callable[[str], str]
 
     def _key(self, node: Inline | Atom, kind: str) -> tuple[int, int]:
         return self.keys[self.index[(id(node), "atom" if isinstance(node, Atom) else kind)]]
 
     def nodes(self, nodes: Sequence[Node], lo: tuple[int, int], hi: tuple[int, int]) -> str:
-        items = sorted((n for n in nodes if not isinstance(n, str)), key=lambda n: self._key(n, "open"))
+        items = sorted((n for n in nodes if isinstance(n, Inline | Atom)), key=lambda n: self._key(n, "open"))
         out, cursor = [], lo
         for node in items:
             start = min(max(self._key(node, "open"), cursor), hi)
             end = min(max(self._key(node, "close"), start), hi)
-            out.append(escape_text(self.text[cursor[0] : start[0]]))
+            out.append(self.escape(self.text[cursor[0] : start[0]]))
             if isinstance(node, Atom):
                 out.append(node.render(self.values))
             else:
                 out += [node.tag.start(self.values), self.nodes(node.children, start, end), node.tag.end()]
             cursor = end
-        out.append(escape_text(self.text[cursor[0] : hi[0]]))
+        out.append(self.escape(self.text[cursor[0] : hi[0]]))
         return "".join(out)

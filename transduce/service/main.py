@@ -66,6 +66,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         (time.monotonic() - started) * 1000,
         translator.provider,
     )
+    if settings.glossary:  # read (and checked) with the settings; a pair the model lacks is never used
+        unused = sorted(f"{s}-{t}" for s, t in settings.glossary if (s, t) not in translator.pairs)
+        log.info(
+            "glossary file %s: %d terms for %d language pairs%s",
+            settings.glossary_file,
+            sum(len(entries) for entries in settings.glossary.values()),
+            len(settings.glossary),
+            f" ({', '.join(unused)}: not translated by this model, unused)" if unused else "",
+        )
     state.ready = True
     janitor = asyncio.create_task(_purge_files(state), name="transduce-files-janitor")
     try:
@@ -116,7 +125,10 @@ def create_app(
         settings, translator_factory or load_translator, Metrics(), FileStore(files_dir, settings.file_ttl_s)
     )
     state.metrics.bind(
-        lambda: float(state.pipeline.queue.queue_depth) if state.pipeline else 0.0, lambda: _padding_ratio(state)
+        lambda: float(state.pipeline.queue.queue_depth) if state.pipeline else 0.0,
+        lambda: _padding_ratio(state),
+        lambda: float(len(state.pipeline.cache)) if state.pipeline else 0.0,
+        lambda: state.pipeline.cache.stats.hit_ratio if state.pipeline else 0.0,
     )
     app.state.transduce = state
     install_error_handlers(app)

@@ -49,11 +49,23 @@ class Metrics:
             "Share of padded source positions in engine batches (lower is better)",
             registry=r,
         )
+        self.cache_entries = Gauge("transduce_cache_entries", "Sentence translations in the cache", registry=r)
+        self.cache_hit_ratio = Gauge(
+            "transduce_cache_hit_ratio", "Share of cache lookups answered from the cache since start", registry=r
+        )
 
-    def bind(self, queue_depth: Callable[[], float], padding_ratio: Callable[[], float]) -> None:
-        """Read the two gauges from live objects at scrape time."""
+    def bind(
+        self,
+        queue_depth: Callable[[], float],
+        padding_ratio: Callable[[], float],
+        cache_entries: Callable[[], float],
+        cache_hit_ratio: Callable[[], float],
+    ) -> None:
+        """Read the gauges from live objects at scrape time."""
         self.queue_depth.set_function(queue_depth)
         self.padding_ratio.set_function(padding_ratio)
+        self.cache_entries.set_function(cache_entries)
+        self.cache_hit_ratio.set_function(cache_hit_ratio)
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,11 @@ class TranslationPipeline:
         language); a sentence already in the target language (source=auto) comes back as it is."""
         flat = job.sentences
         options = DecodeOptions(
-            beam_size=job.beam_size, num_hypotheses=job.num_hypotheses, chunk_size=self.settings.max_batch_size
+            beam_size=job.beam_size,
+            num_hypotheses=job.num_hypotheses,
+            chunk_size=self.settings.max_batch_size,
+            max_length_ratio=self.settings.max_length_ratio,
+            extra_decoding_length=self.settings.extra_decoding_length,
         )
         keys = [(source, job.target, options, text) for source, text, _ in flat]
         results: list[TranslationResult | None] = []

@@ -14,6 +14,7 @@ from starlette.requests import ClientDisconnect
 from transduce.service.config import Settings
 from transduce.service.errors import ApiError
 from transduce.service.field_errors import MAX_DIGITS, form_number, validation_message
+from transduce.service.glossary import SHAPE, entry_problem
 from transduce.service.schemas import TranslateRequest
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -91,6 +92,10 @@ async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
     qs = [v for v in form.getlist("q") if isinstance(v, str)]
     if qs:
         data["q"] = qs[0] if len(qs) == 1 else qs
+    if isinstance(data.get("glossary"), str):  # a form sends the glossary as JSON text; an empty one is not given
+        data["glossary"] = _form_glossary(data["glossary"])
+        if data["glossary"] is None:
+            del data["glossary"]
     for field in NUMERIC_FIELDS:  # every form value is text: numbers are decimal digits, an empty one is not given
         raw = data.get(field)
         if isinstance(raw, str):
@@ -103,6 +108,29 @@ async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
             else:
                 data[field] = number
     return data
+
+
+def _form_glossary(raw: str) -> Any:
+    """The glossary of a form body, sent as JSON text; None when empty; ApiError 422 when it is not JSON."""
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw, parse_constant=_no_constants)
+    except (ValueError, RecursionError) as exc:
+        where = f" at line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ApiError(
+            422, f"invalid request: glossary is not valid JSON{where}; in a form body send it as JSON text: {SHAPE}"
+        ) from None
+
+
+def _problem(errors: list[Any], data: Any) -> str:
+    """One message for a body's validation errors; the glossary's (a nested list) worded by ``entry_problem``."""
+    others = [e for e in errors if e.get("loc", ())[:1] != ("glossary",)]
+    glossary = [e for e in errors if e.get("loc", ())[:1] == ("glossary",)]
+    message = validation_message(others, data) if others else "invalid request"
+    if not glossary:
+        return message
+    return f"{message}{'; ' if others else ': '}{entry_problem(glossary[0], data, 'glossary')}"
 
 
 def _check_content_encoding(request: Request) -> None:
@@ -135,7 +163,7 @@ async def read_body_as(request: Request, settings: Settings, model: type[M], fie
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ApiError(422, validation_message(exc.errors(), data)) from None
+        raise ApiError(422, _problem(exc.errors(), data)) from None
 
 
 async def read_translate_request(request: Request, settings: Settings) -> TranslateRequest:

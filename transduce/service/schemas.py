@@ -2,9 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+
+MAX_TERM_CHARS = 200
+
+
+class GlossaryEntry(BaseModel):
+    """One glossary term: ``source`` is found in the text case-insensitively, as whole words, and never translated;
+    the translation holds ``target`` in its place, or the source term as written when ``target`` is null."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(
+        min_length=1, max_length=MAX_TERM_CHARS, description="term to find (case-insensitive, whole words)"
+    )
+    target: str | None = Field(
+        max_length=MAX_TERM_CHARS, description="term to use in the translation; null keeps the source term as it is"
+    )
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        value = value.strip()
+        if not any(c.isalnum() for c in value):
+            raise ValueError("has no letter or digit: give the word or words to find")
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("is empty: give the term to use, or null to keep the source term")
+        return value.strip() if value is not None else None
+
+
+# inline, not a $ref: the request schema is published on its own (routers.translate), without $defs beside it
+_GLOSSARY_SCHEMA = {"anyOf": [{"type": "array", "items": GlossaryEntry.model_json_schema()}, {"type": "null"}]}
 
 
 class TranslateRequest(BaseModel):
@@ -34,6 +69,11 @@ class TranslateRequest(BaseModel):
     api_key: str | None = Field(None, max_length=256, description="API key when the server requires one")
     beam_size: int | None = Field(
         None, ge=1, le=1000, strict=True, description="beam size (1 = greedy); server default if unset"
+    )
+    glossary: Annotated[list[GlossaryEntry] | None, WithJsonSchema(_GLOSSARY_SCHEMA)] = Field(
+        None,
+        description="terms to translate as given: [{source, target}], target null to keep the source term; they "
+        "override the server's glossary file for the same source term",
     )
 
 
@@ -88,7 +128,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in {
         400: "bad field, unsupported language pair (or a target source=auto cannot translate into), alternatives not "
-        "below beam_size, or over a sentence/item limit",
+        "below beam_size, a glossary over max_glossary_terms or with a source term twice, or over a sentence/item "
+        "limit",
         401: "API key missing",
         403: "API key invalid",
         404: "no such file (translated files expire)",

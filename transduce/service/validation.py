@@ -11,6 +11,10 @@ unchanged). Whether a request is accepted never depends on what is detected: eve
 ``format: "html"`` items are parsed here too (``transduce.service.htmldoc``): the limits count the HTML as sent
 (``max_chars``) and the sentences as the model will see them, placeholders included (``max_sentence_tokens``);
 detection reads their text without the markup.
+
+Glossary terms (the request's ``glossary`` over the server's ``glossary_file`` for the item's language pair) are
+masked here (``transduce.service.glossary``), after detection (which reads the text as sent) and before the sentences
+are cut and counted: a term is one placeholder, so it never splits a sentence and counts as one.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from transduce.engine.errors import InputTooLongError
-from transduce.engine.text import segment
 from transduce.service.config import Settings
 from transduce.service.detect import Detection, LanguageDetector
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
-from transduce.service.htmldoc import parse_html
+from transduce.service.glossary import Terms, duplicate, mask_text, matcher, merged, twice_text
+from transduce.service.htmldoc import HtmlItem, parse_html
 from transduce.service.schemas import TranslateRequest
 
 
@@ -89,24 +93,26 @@ def validate_request(
         if req.source == req.target:
             raise ApiError(400, f"source and target are both {req.source!r}: choose two different languages")
         translator.check_pair(req.source, req.target)
-    if req.beam_size is not None and req.beam_size > settings.max_beam_size:
-        raise ApiError(400, f"beam_size {req.beam_size} is over the limit of {settings.max_beam_size} (max_beam_size)")
     if req.alternatives > settings.max_alternatives:
         raise ApiError(
             400, f"alternatives {req.alternatives} is over the limit of {settings.max_alternatives} (max_alternatives)"
         )
     beam_size = _beam_size(req, settings)
+    _check_glossary(req, settings)
     cleaned = [clean_text(t) for t in texts]
-    items: tuple[Item, ...]
-    if req.format == "html":  # max_chars counted the HTML as sent; the model sees the text, markup as placeholders
-        html = [parse_html(t) for t in cleaned]
-        items, plain = tuple(html), [h.text for h in html]
-    else:
-        items, plain = tuple(segment(t) for t in cleaned), cleaned
-    tokens = tuple(tuple(_count_tokens(s, settings, translator) for s in item.sentences) for item in items)
+    html = [parse_html(t) for t in cleaned] if req.format == "html" else None
+    plain = (
+        [h.text for h in html] if html is not None else cleaned
+    )  # detection reads the text without markup, terms as sent
     detected = tuple(auto[0].detect(t, auto[1]) for t in plain) if auto else None
+    sources = tuple(d.language for d in detected) if detected else (req.source,) * len(texts)
+    items: tuple[Item, ...] = tuple(
+        _masked(html[i] if html is not None else text, _terms(req, settings, source))
+        for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
+    )
+    tokens = tuple(tuple(_count_tokens(s, settings, translator) for s in item.sentences) for item in items)
     return TranslationJob(
-        sources=tuple(d.language for d in detected) if detected else (req.source,) * len(items),
+        sources=sources,
         target=req.target,
         items=items,
         tokens=tokens,
@@ -150,26 +156,55 @@ def auto_candidates(
 
 
 def _beam_size(req: TranslateRequest, settings: Settings) -> int:
-    """The beam that decodes the request: a beam of k keeps k translations, the best and k - 1 alternatives.
+    """The beam that decodes the request, within max_beam_size: a beam of k keeps k translations, the best and
+    k - 1 alternatives.
 
     A beam_size the request names must leave room for its alternatives (400 otherwise: never silently widened);
-    without one, the server's default is widened to fit them, within max_beam_size."""
+    without one, the server's default (never over max_beam_size: Settings refuses that) is widened to fit them."""
     needed = req.alternatives + 1
-    if req.beam_size is not None:
-        if needed > req.beam_size:
-            raise ApiError(
-                400,
-                f"alternatives {req.alternatives} needs beam_size {needed} or more, but beam_size is {req.beam_size} "
-                f"(a beam of {req.beam_size} keeps the best translation and at most {req.beam_size - 1} alternatives)",
-            )
-        return req.beam_size
-    if needed > settings.max_beam_size:
+    if req.beam_size is not None and needed > req.beam_size:
         raise ApiError(
             400,
-            f"alternatives {req.alternatives} needs a beam of {needed}, over the limit of {settings.max_beam_size} "
-            "(max_beam_size)",
+            f"alternatives {req.alternatives} needs beam_size {needed} or more, but beam_size is {req.beam_size} "
+            f"(a beam of {req.beam_size} keeps the best translation and at most {req.beam_size - 1} alternatives)",
         )
-    return max(settings.default_beam_size, needed)
+    beam = req.beam_size if req.beam_size is not None else max(settings.default_beam_size, needed)
+    if beam > settings.max_beam_size:
+        asked = (
+            f"beam_size {beam} is"
+            if req.beam_size is not None
+            else f"alternatives {req.alternatives} needs a beam of {beam},"
+        )
+        raise ApiError(400, f"{asked} over the limit of {settings.max_beam_size} (max_beam_size)")
+    return beam
+
+
+def _check_glossary(req: TranslateRequest, settings: Settings) -> None:
+    """400 for a glossary over max_glossary_terms, or naming a source term twice (which target would win?)."""
+    entries = req.glossary or []
+    if len(entries) > settings.max_glossary_terms:
+        raise ApiError(
+            400,
+            f"glossary has {len(entries)} terms, over the limit of {settings.max_glossary_terms} (max_glossary_terms)",
+        )
+    twice = duplicate(entries)
+    if twice:
+        raise ApiError(400, f"glossary has {twice_text(twice)}: keep one entry per source term")
+
+
+def _terms(req: TranslateRequest, settings: Settings, source: str) -> Terms:
+    """The terms for an item translated from ``source``: the server's for the pair, overridden by the request's;
+    none for a text already in the target language (passed through as it is)."""
+    if source == req.target:
+        return ()
+    return merged(settings.glossary.get((source, req.target), ()), req.glossary or ())
+
+
+def _masked(item: str | HtmlItem, terms: Terms) -> Item:
+    """The item cut into sentences with its terms masked (exactly as without a glossary where none occurs)."""
+    if isinstance(item, HtmlItem):
+        return item.with_terms(matcher(terms, True).split) if terms else item
+    return mask_text(item, terms)
 
 
 def _count_tokens(sentence: str, settings: Settings, translator: TranslatorLike) -> int:

@@ -1,0 +1,344 @@
+"""POST /translate with a glossary through the real app: the terms come out as given in every frame (with the fake,
+with translators that lose or mangle placeholders, and with the real tiny model), translation without a term is
+unchanged, the cache serves every glossary, bad glossaries are refused in our words, and the server's glossary file.
+
+The fake translator reverses and upper-cases the words of each sentence; a term put back by the glossary is neither,
+so it shows where each term went."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tests.service.harness import EN_DE, FakeTranslator, build_app, serve
+from tests.service.test_app_html import MangledTranslator, assert_same_markup
+from transduce.engine.translator import Translator
+from transduce.service.engine_api import TranslatorLike
+
+pytestmark = pytest.mark.anyio
+
+# (source, target): target None keeps the source term as written
+TERMS: list[tuple[str, str | None]] = [
+    ("pull request", "Pull-Request"),
+    ("Node.js", None),
+    ("GitHub", None),
+    ("machine translation", "maschinelle Übersetzung"),
+    ("API key", "API-Schlüssel"),
+    ("Dr. Smith", "Dr. Schmidt"),
+    ("e-mail", "E-Mail"),
+    ("dashboard", "Übersichtsseite"),
+    ("Kubernetes", None),
+    ("release notes", "Versionshinweise"),
+    ("login", "Anmeldung"),
+    ("C++", None),
+    ("bug tracker", "Fehlerverfolgung"),
+    ("smartphone", "Smartphone"),
+    ("translation memory", "Translation-Memory"),
+    ("U.S.", "USA"),
+    ("open source", "Open Source"),
+    ("cache", "Zwischenspeicher"),
+    ("Mastodon", None),
+    ("user interface", "Benutzeroberfläche"),
+]
+GLOSSARY = [{"source": s, "target": t} for s, t in TERMS]
+FRAMES = [  # (format, text): the term at a sentence's start, at its end, before punctuation, in <b>, beside "[1]"
+    ("text", "{} is what we talked about yesterday."),
+    ("text", "Yesterday we talked about {}"),
+    ("text", "Did you check the {}? We did."),
+    ("html", "<p>Please read about <b>{}</b> first.</p>"),
+    ("text", "See [1] {} for details."),
+]
+
+
+def is_hit(out: str, source: str, target: str | None) -> bool:
+    """The target term is in the output (the source term verbatim, for a term to keep), and the source term is not
+    (case-insensitive, whole words) once the target's own occurrences are taken out."""
+    wanted = source if target is None else target
+    if wanted not in out:
+        return False
+    rest = out.replace(wanted, " ")
+    return target is None or not re.search(rf"(?<!\w){re.escape(source)}(?!\w)", rest, re.IGNORECASE)
+
+
+async def hit_rate(translator: TranslatorLike, **extra: Any) -> tuple[float, list[str]]:
+    """Every term in every frame translated with the glossary: the share of hits, and the outputs that missed."""
+    misses, total = [], 0
+    async with serve(translator) as (client, _):
+        for fmt, frame in FRAMES:
+            cases = [(frame.format(s), s, t) for s, t in TERMS]
+            body = {"q": [q for q, _, _ in cases], **EN_DE, "format": fmt, "glossary": GLOSSARY, **extra}
+            r = await client.post("/translate", json=body)
+            assert r.status_code == 200, r.text
+            for (q, source, target), out in zip(cases, r.json()["translatedText"], strict=True):
+                total += 1
+                if fmt == "html":
+                    assert_same_markup(q, out)
+                if not is_hit(out, source, target):
+                    misses.append(f"{q!r} -> {out!r}")
+    assert total == len(TERMS) * len(FRAMES) == 100
+    return 1 - len(misses) / total, misses
+
+
+async def test_every_term_comes_out_as_given_in_every_frame_with_the_fake(record_property: Any) -> None:
+    fake = FakeTranslator()
+    rate, misses = await hit_rate(fake)
+    record_property("glossary_hit_rate_fake", rate)
+    print(f"glossary hit rate, fake translator: {rate:.0%}")
+    assert rate >= 0.95, misses
+    sent = fake.translated[1:]
+    assert "[1] is what we talked about yesterday." in sent  # the term at the start: one placeholder, never split
+    assert "See [1] [2] for details." in sent  # a literal [1] keeps its number; the term gets the next
+    assert "Did you check the [1] ? We did." not in sent  # split at the "?" as without a term...
+    assert "Did you check the [1] ?" in sent and "We did." in sent
+    assert "I met [1] today." not in sent and not any("Dr." in s or "U.S." in s for s in sent)  # never seen
+
+
+@pytest.mark.parametrize("mode", ["drop", "drop_some", "repeat", "shuffle", "invent", "mix"])
+async def test_terms_survive_a_translator_that_loses_or_mangles_placeholders(mode: str, record_property: Any) -> None:
+    rate, misses = await hit_rate(MangledTranslator(mode, seed=3))
+    record_property(f"glossary_hit_rate_{mode}", rate)
+    print(f"glossary hit rate, placeholders {mode}: {rate:.0%}")
+    assert rate >= 0.95, misses
+
+
+async def test_terms_survive_the_tiny_model(tiny_translator: Translator, record_property: Any) -> None:
+    rate, misses = await hit_rate(tiny_translator, beam_size=1)
+    record_property("glossary_hit_rate_tiny_model", rate)
+    print(f"glossary hit rate, tiny model: {rate:.0%}")
+    assert rate >= 0.95, misses
+
+
+async def test_where_terms_go_and_how_they_are_spaced() -> None:
+    glossary = [
+        {"source": "Node.js", "target": None},
+        {"source": "pull request", "target": "Pull-Request"},
+        {"source": "pull", "target": "ziehen"},
+        {"source": "Dr. Smith", "target": "Dr. Schmidt"},
+    ]
+    fake = MangledTranslator("keep")  # upper-cases the words, keeps the placeholders where they are
+    q = [
+        "I use NODE.JS daily, and (node.js) too.\nOpen a pull  request, then pull.",
+        "Node.js",  # nothing else to translate: never sent
+        "I met Dr. Smith today. He said hi.",
+    ]
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "glossary": glossary})
+    assert r.json()["translatedText"] == [
+        "I USE NODE.JS DAILY, AND (node.js) TOO.\nOPEN A Pull-Request, THEN ziehen.",  # kept as written; longest first
+        "Node.js",
+        "I MET Dr. Schmidt TODAY. HE SAID HI.",  # a term's "." ends no sentence
+    ]
+    assert fake.translated[1:] == [
+        "I use [1] daily, and ( [2] ) too.",
+        "Open a [1] , then [2] .",
+        "I met [1] today.",
+        "He said hi.",
+    ]
+
+
+async def test_terms_in_html_only_in_translated_text() -> None:
+    glossary = [{"source": "Node.js", "target": "NodeJS"}, {"source": "cat", "target": "Katze"}]
+    fake = MangledTranslator("keep")
+    q = (
+        '<p title="A cat">Use <code>Node.js</code>, <span translate="no">cat</span> and <i>Node.js</i> &amp; '
+        "<b>the cat</b>.</p><pre>cat</pre>"
+    )
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "format": "html", "glossary": glossary})
+    out = r.json()["translatedText"]
+    assert fake.translated[1:] == ["A cat", "Use [1] , [2] and [3] [4] [5] & [6] the [7] [8] ."]
+    assert out == (
+        '<p title="A CAT">USE <code>Node.js</code>, <span translate="no">cat</span> AND <i>NodeJS</i> &amp; '
+        "<b>THE Katze</b>.</p><pre>cat</pre>"
+    )
+    assert_same_markup(q, out)
+
+
+# --- no glossary, no change ----------------------------------------------------------------------------------------
+
+BASELINE = [
+    "Hello world. How are you?\n\nFine,  thanks!  ",
+    "  Leading space and [1] literal.",
+    "",
+    "Node.JS and pull-requests are near misses, as is cached.",
+]
+
+
+@pytest.mark.parametrize(
+    "glossary",
+    [None, [], [{"source": "Hello world!", "target": None}, {"source": "fine thanks", "target": "gut"}, *GLOSSARY]],
+)
+@pytest.mark.parametrize("fmt", ["text", "html"])
+async def test_without_a_term_in_the_text_translation_is_unchanged(glossary: list[Any] | None, fmt: str) -> None:
+    q = BASELINE if fmt == "text" else ["<p>Hello <b>world</b>.</p>\n<p>How are you?</p>", *BASELINE]
+    q = [t.replace("Node.JS", "Node.JSX") for t in q]  # no term here (a near miss only)
+    base, fake = FakeTranslator(), FakeTranslator()
+    async with serve(base) as (client, _):
+        expected = (await client.post("/translate", json={"q": q, **EN_DE, "format": fmt})).json()
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "format": fmt, "glossary": glossary})
+    assert r.json() == expected
+    assert fake.translated == base.translated
+
+
+async def test_the_cache_serves_every_glossary_its_own_terms() -> None:
+    fake = FakeTranslator()
+    keep, swap = [{"source": "Node.js", "target": None}], [{"source": "node.js", "target": "NodeJS"}]
+    async with serve(fake, cache_size=100) as (client, _):
+        outs = [
+            (await client.post("/translate", json={"q": "I use Node.js daily.", **EN_DE, **extra})).json()
+            for extra in ({"glossary": keep}, {"glossary": swap}, {})
+        ]
+        cache = (await client.get("/latency")).json()["cache"]
+    assert [o["translatedText"] for o in outs] == [
+        "DAILY. Node.js USE I",
+        "DAILY. NodeJS USE I",
+        "DAILY. NODE.JS USE I",
+    ]
+    assert fake.translated[1:] == ["I use [1] daily.", "I use Node.js daily."]  # the second glossary hit the cache
+    assert cache["hits"] == 1
+
+
+# --- limits and bad fields -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("glossary", "status", "message"),
+    [
+        (
+            [{"source": f"t{i}", "target": "x"} for i in range(101)],
+            400,
+            "glossary has 101 terms, over the limit of 100",
+        ),
+        (
+            [{"source": "API key", "target": "a"}, {"source": "api  KEY", "target": "b"}],
+            400,
+            "glossary has the source terms 'API key' and 'api  KEY', which match the same text",
+        ),
+        ([{"source": "x", "target": "a"}, {"source": "x", "target": "a"}], 400, "the source term 'x' twice"),
+        ([{"source": "", "target": "a"}], 422, "glossary item 0: source must have 1 to 200 characters"),
+        ([{"source": " ... ", "target": "a"}], 422, "glossary item 0: source has no letter or digit"),
+        ([{"source": "x" * 201, "target": "a"}], 422, "source must have 1 to 200 characters, not a text of 201"),
+        ([{"source": "a", "target": "  "}], 422, "target is empty: give the term to use, or null to keep"),
+        ([{"source": "a", "target": 3}], 422, "target must be a text (the term to use) or null"),
+        ([{"source": "a"}], 422, "glossary item 0: target is required (null keeps the source term as it is)"),
+        ([{"source": "a", "target": None, "keep": True}], 422, "glossary item 0 has an unknown field 'keep'"),
+        (["a"], 422, 'glossary item 0 must be an object with source and target, not the text "a"'),
+        ({"a": "b"}, 422, "glossary must be a list of terms"),
+    ],
+)
+async def test_bad_glossaries_are_refused_in_our_words(glossary: Any, status: int, message: str) -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": "a x", **EN_DE, "glossary": glossary})
+    assert (r.status_code, list(r.json())) == (status, ["error"]), r.text
+    assert message in r.json()["error"]
+    assert len(fake.calls) == 1  # only the canary
+
+
+async def test_a_form_body_sends_the_glossary_as_json_text() -> None:
+    fake = FakeTranslator()
+    async with serve(fake, max_glossary_terms=1) as (client, _):
+        form = {"q": "I use Node.js", **EN_DE}
+        good = await client.post("/translate", data={**form, "glossary": '[{"source": "node.js", "target": null}]'})
+        empty = await client.post("/translate", data={**form, "glossary": ""})
+        bad = await client.post("/translate", data={**form, "glossary": '[{"source": "node.js"'})
+        over = await client.post("/translate", data={**form, "glossary": json.dumps(GLOSSARY[:2])})
+    assert good.json() == {"translatedText": "Node.js USE I"}
+    assert empty.json() == {"translatedText": "NODE.JS USE I"}
+    assert bad.status_code == 422
+    assert bad.json()["error"].startswith("invalid request: glossary is not valid JSON at line 1, column 22; in a form")
+    assert over.json() == {"error": "glossary has 2 terms, over the limit of 1 (max_glossary_terms)"}
+
+
+# --- the server's glossary file ------------------------------------------------------------------------------------
+
+
+def write(path: Path, data: Any) -> str:
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+async def test_the_server_glossary_applies_per_pair_and_a_request_overrides_it(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "glossary.json",
+        {
+            "en-de": [{"source": "Node.js", "target": None}, {"source": "pull request", "target": "Pull-Request"}],
+            "de-en": [{"source": "Knoten", "target": "node"}],
+            "en-fr": [{"source": "cat", "target": "chat"}],
+        },
+    )
+    fake = FakeTranslator()
+    async with serve(fake, glossary_file=path) as (client, app):
+        q = "Use Node.js for a pull request"
+        plain = await client.post("/translate", json={"q": q, **EN_DE})
+        override = await client.post(
+            "/translate", json={"q": q, **EN_DE, "glossary": [{"source": "PULL REQUEST", "target": "PR"}]}
+        )
+        other = await client.post("/translate", json={"q": "Der Knoten und Node.js", "source": "de", "target": "en"})
+        auto = await client.post(
+            "/translate",
+            json={"q": ["Guten Morgen, wie geht es dir heute? Der Knoten hält.", q], "source": "auto", "target": "en"},
+        )
+    assert app.state.transduce.settings.glossary[("de", "en")][0].target == "node"
+    assert plain.json() == {"translatedText": "Pull-Request A FOR Node.js USE"}
+    assert override.json() == {"translatedText": "PR A FOR Node.js USE"}  # the file's other terms still apply
+    assert other.json() == {"translatedText": "NODE.JS UND node DER"}  # de-en terms only
+    out = auto.json()
+    assert out["detectedLanguage"][0]["language"] == "de" and out["detectedLanguage"][1]["language"] == "en"
+    assert out["translatedText"] == ["HEUTE? DIR ES GEHT WIE MORGEN, GUTEN HÄLT. node DER", q]  # en passes through
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read the glossary file"),
+        ("{not json", "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 2"),
+        ([], "must be a JSON object such as"),
+        ({"ende": []}, "key 'ende' must name a language pair as source-target, such as 'en-de'"),
+        ({"en-de": {"a": "b"}}, "'en-de' must be a list of terms"),
+        (
+            {"en-de": [{"source": "a", "target": "b"}, {"source": "b", "target": "c", "x": 1}]},
+            "'en-de' item 1 has an unknown",
+        ),
+        ({"en-de": [{"source": "A", "target": "b"}, {"source": "a", "target": "c"}]}, "'en-de' has the source terms"),
+    ],
+)
+def test_a_bad_glossary_file_stops_the_app_from_being_made(tmp_path: Path, content: Any, message: str) -> None:
+    path = str(tmp_path / "missing.json") if content is None else write(tmp_path / "g.json", content)
+    with pytest.raises(ValidationError) as caught:
+        build_app(FakeTranslator(), glossary_file=path)
+    assert [e["loc"] for e in caught.value.errors()] == [("glossary_file",)]
+    assert message in caught.value.errors()[0]["msg"] and path in caught.value.errors()[0]["msg"]
+
+
+def test_a_bad_glossary_file_stops_transduce_serve_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transduce import serve_cli
+
+    parser = argparse.ArgumentParser()
+    serve_cli.add_arguments(parser)
+    path = write(tmp_path / "g.json", {"en-de": [{"source": "", "target": "x"}]})
+    monkeypatch.setenv("TRANSDUCE_GLOSSARY_FILE", path)
+    assert serve_cli.run(parser.parse_args(["--port", "0"])) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"transduce serve: invalid setting glossary_file: glossary file {path}: 'en-de' item 0: source must have 1 to "
+        '200 characters, not the text ""\n'
+    )
+
+
+async def test_the_published_request_schema_describes_the_glossary_entries() -> None:
+    async with serve() as (client, _):
+        schema = (await client.get("/openapi.json")).json()
+    refs = set(re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(schema)))
+    assert refs <= set(schema["components"]["schemas"])  # every reference resolves (no $defs left behind)
+    items = schema["components"]["schemas"]["TranslateRequest"]["properties"]["glossary"]["anyOf"][0]["items"]
+    assert items["required"] == ["source", "target"] and items["additionalProperties"] is False

@@ -1,0 +1,188 @@
+"""Glossaries: terms that come out of a translation as given (``{"source": "Node.js", "target": null}`` keeps a name,
+``{"source": "pull request", "target": "Pull-Request"}`` imposes a translation).
+
+Placeholder masking, with the placeholders ``format: "html"`` already uses for inline markup
+(``transduce.service.htmlunits``): each occurrence of a term (case-insensitive, whole words, the longest term first,
+never overlapping) is cut out of the text before it is split into sentences and sent as ``[n]``; the target term is
+put back where the placeholder comes back, or where it maps when the model loses it. So the model never sees the term
+(it cannot translate or split it), the target appears exactly once per occurrence, and the cache (which stores the
+model's output for what it was sent) serves every glossary correctly. A text without a term is sent exactly as it
+would be without a glossary.
+
+Terms come from the request's ``glossary`` and from the server's glossary file (``glossary_file``): JSON mapping a
+language pair to its entries, ``{"en-de": [{"source": "...", "target": "..."}]}``, read once when the settings are
+made; a request entry overrides a file entry for the same source term.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from transduce.engine.text import Segmented, segment
+from transduce.service.field_errors import describe
+from transduce.service.htmlunits import Term, Unit
+from transduce.service.schemas import MAX_TERM_CHARS, GlossaryEntry
+
+Pair = tuple[str, str]  # (source language, target language)
+ServerGlossary = Mapping[Pair, tuple[GlossaryEntry, ...]]
+Terms = tuple[tuple[str, str | None], ...]  # (source, target) of every term that applies, hashable for the cache
+SHAPE = '[{"source": "term", "target": "term or null"}, ...]'
+_ENTRIES = TypeAdapter(list[GlossaryEntry])
+
+
+class GlossaryFileError(ValueError):
+    """The glossary file cannot be used; the message (one line) says where and what to fix."""
+
+
+def fold(term: str) -> str:
+    """A source term as matching compares it: case-folded, runs of whitespace as one space."""
+    return " ".join(term.split()).casefold()
+
+
+def duplicate(entries: Sequence[GlossaryEntry]) -> tuple[str, str] | None:
+    """The first two entries whose source terms match the same text, or None."""
+    seen: dict[str, str] = {}
+    for entry in entries:
+        key = fold(entry.source)
+        if key in seen:
+            return seen[key], entry.source
+        seen[key] = entry.source
+    return None
+
+
+def twice_text(twice: tuple[str, str]) -> str:
+    """How a duplicate source term is told."""
+    if twice[0] == twice[1]:
+        return f"the source term {twice[0]!r} twice"
+    return f"the source terms {twice[0]!r} and {twice[1]!r}, which match the same text (case and spacing are ignored)"
+
+
+def merged(file_entries: Sequence[GlossaryEntry], request_entries: Sequence[GlossaryEntry]) -> Terms:
+    """The file's terms for a pair with the request's, a request entry replacing a file entry of the same source."""
+    terms = {fold(e.source): (e.source, e.target) for e in file_entries}
+    terms.update((fold(e.source), (e.source, e.target)) for e in request_entries)
+    return tuple(terms.values())
+
+
+class Matcher:
+    """Finds a glossary's terms in a text: ``split`` cuts it into text and ``Term``s."""
+
+    def __init__(self, terms: Terms, *, html: bool) -> None:
+        space = r"\s+" if html else r"[^\S\n]+"  # a term may wrap across lines in HTML, never in plain text
+        longest = sorted(terms, key=lambda t: -len(t[0]))
+        alternatives = [space.join(re.escape(word) for word in source.split()) for source, _ in longest]
+        self._pattern = re.compile(rf"(?<!\w)(?:{'|'.join(alternatives)})(?!\w)", re.IGNORECASE)
+        self._targets = {fold(source): target for source, target in longest}
+        pairs = zip(alternatives, longest, strict=True)
+        self._each = [(re.compile(rf"{p}\Z", re.IGNORECASE), target) for p, (_, target) in pairs]
+
+    def _target(self, found: str) -> str:
+        """The target for a text the pattern matched (the text itself for a term to keep)."""
+        key = fold(found)
+        target = self._targets[key] if key in self._targets else next(t for p, t in self._each if p.match(found))
+        return found if target is None else target
+
+    def split(self, text: str) -> list[str | Term]:
+        """``text`` as text and terms, in order (``[text]`` when no term occurs)."""
+        pieces: list[str | Term] = []
+        at = 0
+        for match in self._pattern.finditer(text):
+            if match.start() > at:
+                pieces.append(text[at : match.start()])
+            pieces.append(Term(match.group(), self._target(match.group())))
+            at = match.end()
+        return [*pieces, text[at:]] if at < len(text) or not pieces else pieces
+
+
+@functools.lru_cache(maxsize=256)
+def matcher(terms: Terms, html: bool) -> Matcher:
+    """The compiled matcher of ``terms`` (a file's glossary, or a client's repeated one, compiles once)."""
+    return Matcher(terms, html=html)
+
+
+class TextWithTerms:
+    """A ``format: "text"`` item holding glossary terms: a plain-text unit, its sentences sent with placeholders."""
+
+    def __init__(self, pieces: list[str | Term]) -> None:
+        self._unit = Unit(list(pieces), html=False)
+        self.sentences = self._unit.sentences
+
+    def rejoin(self, translations: Sequence[str]) -> str:
+        """The text with ``translations`` (one per sentence sent) in place of its sentences, terms put in."""
+        return self._unit.render(translations, ())
+
+
+def mask_text(text: str, terms: Terms) -> Segmented | TextWithTerms:
+    """``text`` cut into sentences, its terms masked; exactly ``segment(text)`` when no term occurs in it."""
+    pieces: list[str | Term] = matcher(terms, False).split(text) if terms else [text]
+    return TextWithTerms(pieces) if any(isinstance(p, Term) for p in pieces) else segment(text)
+
+
+# --- the server's glossary file ------------------------------------------------------------------------------------
+
+
+def entry_problem(error: Mapping[str, Any], data: Any, where: str) -> str:
+    """What is wrong with a glossary, in our words; ``error`` is pydantic's, located below ``where`` in ``data``."""
+    loc = [p for p in error.get("loc", ()) if p != "body"]
+    value = data
+    for step in loc:
+        value = value.get(step) if isinstance(value, dict) else value[step] if isinstance(value, list) else None
+    kind = error["type"]
+    if len(loc) <= 1 or kind == "list_type":
+        return f"{where} must be a list of terms, {SHAPE}, not {describe(value)}"
+    item = f"{where} item {loc[1]}"
+    if len(loc) == 2:
+        return f"{item} must be an object with source and target, not {describe(value)}"
+    field = str(loc[2])
+    if kind == "extra_forbidden":
+        return f"{item} has an unknown field {field!r}: an item takes source and target only"
+    if kind == "missing":
+        keep = " (null keeps the source term as it is)" if field == "target" else ""
+        return f"{item}: {field} is required{keep}"
+    if kind in ("string_too_short", "string_too_long"):
+        return f"{item}: {field} must have 1 to {MAX_TERM_CHARS} characters, not {describe(value)}"
+    if kind == "value_error":
+        return f"{item}: {field} {error.get('ctx', {}).get('error', 'is not valid')}"
+    rule = "a text" if field == "source" else "a text (the term to use) or null (keep the source term)"
+    return f"{item}: {field} must be {rule}, not {describe(value)}"
+
+
+def load_glossary_file(path: str) -> dict[Pair, tuple[GlossaryEntry, ...]]:
+    """The glossary file's terms per language pair; GlossaryFileError (one line: the file, where, what to fix)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GlossaryFileError(f"cannot read the glossary file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise GlossaryFileError(f"glossary file {path} is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise GlossaryFileError(
+            f"glossary file {path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+    if not isinstance(data, dict):
+        raise GlossaryFileError(f'glossary file {path} must be a JSON object such as {{"en-de": {SHAPE}}}')
+    out: dict[Pair, tuple[GlossaryEntry, ...]] = {}
+    for key, items in data.items():
+        pair = key.split("-")
+        if len(pair) != 2 or not all(pair) or pair[0] == pair[1]:
+            raise GlossaryFileError(
+                f"glossary file {path}: key {key!r} must name a language pair as source-target, such as 'en-de'"
+            )
+        try:
+            entries = tuple(_ENTRIES.validate_python(items))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            problem = entry_problem({**error, "loc": ("", *error["loc"])}, {"": items}, repr(key))
+            raise GlossaryFileError(f"glossary file {path}: {problem}") from None
+        twice = duplicate(entries)
+        if twice:
+            raise GlossaryFileError(f"glossary file {path}: {key!r} has {twice_text(twice)}: keep one")
+        out[(pair[0], pair[1])] = entries
+    return out
