@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transduce.engine.text import Segmented, segment
+from transduce.engine.text import Segmented, segment, split_long
 
 
 @pytest.mark.parametrize(
@@ -67,3 +67,12 @@ def test_rejoin_refuses_a_wrong_number_of_translations() -> None:
         segment("A. B. C.").rejoin(["a", "b"])
     with pytest.raises(ValueError, match="1 translations for 0 sentences"):
         Segmented((), ()).rejoin(["a"])
+
+
+def test_split_long_cuts_at_clause_marks_then_spaces() -> None:
+    words = "one two three four, five six seven eight nine ten eleven twelve thirteen fourteen"
+    parts = split_long(words, lambda t: len(t.split()) <= 5)
+    assert "".join(parts) == words and all(len(p.split()) <= 5 for p in parts)
+    assert parts[0] == "one two three four, "  # the comma, not the fifth word
+    assert split_long("x" * 25, lambda t: len(t) <= 10) == ["x" * 10, "x" * 10, "x" * 5]  # one long word: by length
+    assert split_long("fits", lambda t: True) == ["fits"] and split_long("", lambda t: False) == []

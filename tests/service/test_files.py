@@ -1,18 +1,23 @@
 """POST /translate_file and GET /download_file through the real app over the fake translator (which reverses and
-upper-cases the words of each sentence): .txt, .md and .docx, limits, expiry, API keys."""
+upper-cases the words of each sentence): .txt, .md, .html and .docx, limits, detection, deadline, hang-ups, metrics,
+expiry, API keys."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import docx
 import httpx
 import pytest
+from starlette.types import Message, Scope
 
-from tests.service.harness import FakeTranslator, fake_translation, serve
+from tests.service.harness import FakeTranslator, Gate, fake_translation, serve
 from transduce.service.documents import read_document
 
 pytestmark = pytest.mark.anyio
@@ -96,14 +101,31 @@ async def test_long_files_are_sent_in_requests_within_the_limits() -> None:
     assert all(sum(map(len, call)) <= 100 for call in fake.calls[1:])  # every request within max_chars
 
 
+async def test_a_sentence_over_the_token_limit_is_translated_in_parts_not_refused() -> None:
+    """A file cannot be split by its sender: a sentence over max_sentence_tokens is cut at a clause mark or a space
+    into parts within the limit (each translated on its own), never a 400 for the whole file, never truncated."""
+    long = "This first clause is long, and this second clause is long too; then the rest goes on and on to the end."
+    text = f"Short one. {long} Another short one.\nNext line."
+    fake = FakeTranslator()
+    async with serve(fake, max_sentence_tokens=8) as (client, _):
+        got = await fetch(client, await upload(client, "long.txt", text.encode()))
+    sent = [s for call in fake.calls[1:] for s in call]
+    assert all(fake.count_tokens(s) <= 8 for s in sent)  # every request within the limit
+    words = [w for s in sent for w in s.split()]
+    assert " ".join(words) == " ".join(text.split())  # every word sent once, in order: nothing dropped
+    assert "This first clause is long," in sent  # cut after the comma
+    assert got.text.split("\n")[1] == fake_translation("Next line.")
+
+
 @pytest.mark.parametrize(
     ("name", "data", "status", "message"),
     [
-        ("slides.pptx", b"x", 400, "not supported: send .txt, .md, .docx"),
+        ("slides.pptx", b"x", 400, "not supported: send .txt, .md, .html, .htm, .docx"),
         ("noext", b"x", 400, "not supported"),
         ("latin1.txt", "Grüße".encode("latin-1"), 400, "is not UTF-8 text"),
         ("broken.docx", b"PK\x03\x04 not a zip", 400, "not a readable .docx file"),
-        ("big.txt", b"x" * 3001, 413, "exceeds the limit of 3000 bytes (max_file_bytes)"),
+        ("big.txt", b"x" * 20_000, 413, "upload exceeds the limit of 3000 bytes (max_file_bytes; the form's other"),
+        ("deep.html", b"<b>" * 200 + b"x", 400, "deep.html nests HTML elements more than 128 deep"),
         ("many.txt", b"word " * 500, 413, "2499 characters of text, over the limit of 2000 (max_file_chars)"),
     ],
 )
@@ -141,3 +163,253 @@ async def test_translated_files_expire_and_unknown_ones_are_404(tmp_path: Path) 
 def test_reading_documents_directly() -> None:
     doc = read_document("x.txt", "\ufeffOne.\r\nTwo.".encode())  # a BOM and Windows line ends
     assert doc.units == ["One.", "Two."] and doc.rebuild(["Eins.", "Zwei."]) == b"Eins.\r\nZwei."
+    doc = read_document("x.md", b"# One\r\n\r\nTwo\r\nlines.\r\n\r\n```\r\ncode\r\n```\r\n")
+    rebuilt = doc.rebuild(["Eins", "Zwei Zeilen."])  # one paragraph, wrapped again to its width: Windows line ends
+    assert (
+        doc.units == ["One", "Two lines."] and rebuilt == b"# Eins\r\n\r\nZwei\r\nZeilen.\r\n\r\n```\r\ncode\r\n```\r\n"
+    )
+    assert read_document("y.md", b"```\nonly code\n```").units == []  # nothing to translate: nothing sent
+
+
+MASTODON = (
+    '<p>Just released <a href="https://example.com/v2">version 2</a> of our app! Thanks <span class="h-card">'
+    '<a href="https://mastodon.social/@alice" class="u-url mention">@<span>alice</span></a></span> '
+    '<a href="https://mastodon.social/tags/release" class="mention hashtag" rel="tag">#<span>release</span></a></p>'
+)
+TABLE = "<table><tr><th>Name</th><th>Value</th></tr><tr><td>Speed</td><td>Fast car</td></tr></table>"
+
+
+async def test_an_html_file_keeps_its_markup_and_is_served_inert() -> None:
+    page = (
+        f'<!DOCTYPE html><html><head><title>My post</title><script>alert("hi")</script></head><body>{MASTODON}{TABLE}'
+    )
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, "post.htm", (page + "</body></html>").encode()))
+    assert got.headers["content-type"].startswith("text/html") and 'filename="post.de.htm"' in got.text + str(
+        got.headers
+    )
+    # served from our origin: never sniffed, and an uploaded <script> never runs there
+    assert (got.headers["x-content-type-options"], got.headers["content-security-policy"]) == ("nosniff", "sandbox")
+    html = got.text
+    assert html.startswith('<!DOCTYPE html><html><head><title>POST MY</title><script>alert("hi")</script></head>')
+    assert '<a href="https://example.com/v2">2 VERSION</a>' in html  # the link's text translated inside the sentence
+    assert '<a href="https://mastodon.social/@alice" class="u-url mention">@<span>alice</span></a>' in html
+    assert '<a href="https://mastodon.social/tags/release" class="mention hashtag" rel="tag">#<span>release' in html
+    assert "<tr><th>NAME</th><th>VALUE</th></tr><tr><td>SPEED</td><td>CAR FAST</td></tr>" in html
+    sent = " ".join(fake.translated[1:])
+    assert "alice" not in sent and "alert" not in sent and "href" not in sent and "Fast car" in sent
+
+
+MD = (
+    "# Build it\n\n"
+    'Run `make build` to compile, then read [the manual](https://example.com/docs "Docs") or\n'
+    "<https://example.com/faq> for more. Press <kbd>Ctrl</kbd> and see ![a cat](cat.png) at https://x.org/a.\n\n"
+    "- An item that wraps\n  onto a second line\n\n| Key | Use |\n|-----|-----|\n| `q` | Quit now |\n"
+)
+
+
+def blocks(markdown: str) -> list[tuple[str, list[str]]]:
+    """The block structure of ``markdown`` (CommonMark + tables) and the kinds of inline pieces in each block."""
+    import markdown_it
+
+    tokens = markdown_it.MarkdownIt("commonmark").enable("table").parse(markdown)
+    inline = ("text", "softbreak")  # where lines are wrapped may change
+    return [(t.type, sorted(c.type for c in t.children or [] if c.type not in inline)) for t in tokens]
+
+
+async def test_markdown_sends_whole_paragraphs_and_keeps_code_urls_and_html_out_of_the_model() -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, "guide.md", MD.encode()))
+    sent = fake.translated[1:]
+    # the soft-wrapped paragraph went as one text, its kept pieces as placeholders
+    assert "Run [1] to compile, then read [2] the manual [3] or [4] for more." in sent
+    assert "An item that wraps onto a second line" in sent and "Quit now" in sent
+    for kept in ("make", "example.com", "cat", "kbd", "x.org", "`q`", "|"):
+        assert not [s for s in sent if kept in s], kept
+    out = got.text
+    for kept in ("`make build`", '](https://example.com/docs "Docs")', "<https://example.com/faq>", "<kbd>"):
+        assert kept in out
+    assert "![a cat](cat.png)" in out and "https://x.org/a" in out and "| `q` | NOW QUIT |" in out
+    assert blocks(out) == blocks(MD)  # the same blocks, each with the same links, code, images and HTML
+
+
+def test_markdown_placeholders_are_put_back_and_paragraphs_rewrapped() -> None:
+    doc = read_document("a.md", MD.encode())
+    assert doc.units[1] == "Run [1] to compile, then read [2] the manual [3] or [4] for more."
+    german = {
+        doc.units[1]: "Führe [1] aus, um zu kompilieren, und lies dann [2] das Handbuch [3] oder [4] für mehr.",
+        "An item that wraps onto a second line": "Ein Eintrag, der auf eine zweite Zeile umbricht, und noch mehr",
+    }
+    out = doc.rebuild([german.get(u, u) for u in doc.units]).decode()
+    assert out.split("\n")[2:9] == [
+        "Führe `make build` aus, um zu kompilieren, und lies dann [das",  # the next word would pass the width
+        'Handbuch](https://example.com/docs "Docs") oder <https://example.com/faq> für mehr. Press <kbd>Ctrl</kbd>',
+        "and see ![a cat](cat.png) at https://x.org/a.",  # wrapped to the paragraph's width, never inside a piece
+        "",
+        "- Ein Eintrag, der",  # still one list item, wrapped to its 20 columns
+        "  auf eine zweite",
+        "  Zeile umbricht,",
+    ]
+    assert blocks(out) == blocks(MD)
+    hazard = read_document("b.md", b"Intro text that is\nwrapped here.\n").rebuild(["- 1. # not a list"])
+    assert hazard == b"\\- 1. # not a list\n"  # a translation that would open a list is escaped
+
+
+def docx_with_link() -> bytes:
+    from docx.opc.constants import RELATIONSHIP_TYPE
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    document = docx.Document()
+    for before, link, after in (("See the ", "manual", " for details."), ("", "Only a link", "")):
+        paragraph = document.add_paragraph(before)
+        hyperlink = OxmlElement("w:hyperlink")
+        hyperlink.set(
+            qn("r:id"),
+            paragraph.part.relate_to(f"https://example.com/{len(link)}", RELATIONSHIP_TYPE.HYPERLINK, is_external=True),
+        )
+        run, text = OxmlElement("w:r"), OxmlElement("w:t")
+        text.text = link
+        run.append(text)
+        hyperlink.append(run)
+        paragraph._p.append(hyperlink)
+        if after:
+            paragraph.add_run(after).italic = True
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+async def test_a_docx_hyperlink_is_translated_once_inside_its_sentence() -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, "links.docx", docx_with_link()))
+    assert fake.translated[1:] == ["See the [1] manual [2] for details.", "Only a link"]
+    first, second = docx.Document(io.BytesIO(got.content)).paragraphs
+    assert first.text == "DETAILS. FOR MANUAL THE SEE"  # the link's text once, in the link (no "manual" twice)
+    assert [(h.text, h.address) for h in first.hyperlinks] == [("MANUAL", "https://example.com/6")]
+    assert [(h.text, h.address) for h in second.hyperlinks] == [("LINK A ONLY", "https://example.com/11")]
+    doc = read_document("links.docx", docx_with_link())
+    result = docx.Document(io.BytesIO(doc.rebuild(["Siehe das [1] Handbuch [2] für Details.", "Nur ein Link"])))
+    parts = [(type(p).__name__, p.text) for p in result.paragraphs[0].iter_inner_content()]
+    assert parts == [("Run", "Siehe das "), ("Hyperlink", "Handbuch"), ("Run", " für Details.")]
+    assert result.paragraphs[0].runs[1].italic  # the text after the link keeps the formatting it had
+
+
+async def test_auto_detects_the_language_once_for_the_whole_file() -> None:
+    from transduce.service.detect import detector_for
+
+    german = "Die Katze schläft auf dem Tisch. Wir arbeiten heute im Garten, weil das Wetter schön ist."
+    assert detector_for(["de", "en"]).detect("Marketing", ["de", "en"]).language == "en"  # alone: misdetected
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        r = await upload(client, "notes.md", f"## Marketing\n\n{german}\n".encode(), source="auto", target="en")
+        got = await fetch(client, r)
+        same = await upload(
+            client, "same.md", b"# Marketing\n\nThe cat sleeps on the table all day long.\n", source="auto", target="en"
+        )
+        unchanged = await fetch(client, same)
+    assert r.json()["detectedLanguage"]["language"] == "de"
+    assert got.text.startswith("## MARKETING\n\n")  # translated from German with the rest, not passed through
+    assert same.json()["detectedLanguage"]["language"] == "en"  # already in the target: sent back as it was
+    assert unchanged.text == "# Marketing\n\nThe cat sleeps on the table all day long.\n"
+    assert len(fake.calls) == 2  # the canary and the German file, in one request
+
+
+class SlowTranslator(FakeTranslator):
+    def translate(self, texts: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)
+        return super().translate(texts, **kwargs)
+
+
+async def test_one_deadline_for_the_whole_file() -> None:
+    fake = SlowTranslator()
+    lines = "\n".join(f"Line {i}." for i in range(6))  # six requests of one line, 0.3 s each
+    async with serve(fake, max_items=1, request_timeout_s=0.8) as (client, _):
+        r = await upload(client, "slow.txt", lines.encode())
+    assert r.status_code == 504 and "within 0.8 s (request_timeout_s)" in r.json()["error"]
+    assert len(fake.calls) < 1 + 6
+
+
+async def test_a_file_is_recorded_like_a_translate_request(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="transduce.access")
+    async with serve() as (client, _):
+        files, headers = {"file": ("a.txt", b"One.\nTwo three.")}, {"X-Request-ID": "file-1"}
+        await fetch(client, await client.post("/translate_file", files=files, data=EN_DE, headers=headers))
+        latency = (await client.get("/latency")).json()
+        metrics = (await client.get("/metrics")).text
+    assert latency["count"] == 1 and latency["total_ms"]["max"] > 0
+    assert 'transduce_requests_total{status="200"} 1.0' in metrics and "transduce_characters_total 14.0" in metrics
+    line = [r for r in caplog.records if r.name == "transduce.access"]
+    assert [r.getMessage() for r in line] == ["translate_file 200"]
+    assert {k: line[0].fields[k] for k in ("request_id", "path", "n_items", "n_chars")} == {  # type: ignore[attr-defined]
+        "request_id": "file-1",
+        "path": "/translate_file",
+        "n_items": 2,
+        "n_chars": 14,
+    }
+
+
+async def test_an_upload_is_counted_while_it_is_read() -> None:
+    head = (
+        b'--B\r\nContent-Disposition: form-data; name="source"\r\n\r\nen\r\n--B\r\nContent-Disposition: form-data; '
+        b'name="target"\r\n\r\nde\r\n--B\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\n'
+    )
+    read: list[int] = []
+
+    async def chunks(n: int, pause_s: float = 0.0) -> AsyncIterator[bytes]:  # chunked: no content-length
+        yield head
+        for i in range(n):
+            await asyncio.sleep(pause_s)
+            read.append(i)
+            yield b"Hi there. " * 1000
+        yield b"\r\n--B--\r\n"
+
+    multipart = {"content-type": "multipart/form-data; boundary=B"}
+    async with serve(max_file_bytes=30_000, max_file_chars=10**6, request_read_timeout_s=0.3) as (client, _):
+        r = await client.post("/translate_file", content=chunks(50), headers=multipart)
+        assert r.status_code == 413 and r.headers["connection"] == "close", r.text
+        assert r.json()["error"].startswith("upload exceeds the limit of 30000 bytes (max_file_bytes")
+        assert len(read) == 5  # refused at 50,000 bytes (> 30,000 + 16,384), the other 45 chunks never read
+        read.clear()
+        declared = {**multipart, "content-length": str(len(head) + 50 * 10_000 + 9)}
+        r = await client.post("/translate_file", content=chunks(50), headers=declared)
+        assert r.status_code == 413 and not read  # its Content-Length said so: refused before a byte was read
+        ok = await client.post("/translate_file", content=chunks(3), headers=multipart)
+        assert ok.status_code == 200, ok.text  # a 30,000-byte file is within the limit
+        read.clear()
+        r = await client.post("/translate_file", content=chunks(3, pause_s=1.0), headers=multipart)
+        assert r.status_code == 408 and "request_read_timeout_s" in r.json()["error"] and not read[1:]
+
+
+async def test_hanging_up_stops_the_file() -> None:
+    fake, gate = FakeTranslator(), Gate()
+    request = httpx.Request("POST", "http://test/translate_file", data=EN_DE, files={"file": ("a.txt", b"A.\nB.\nC.")})
+    body, hung_up, sent = request.read(), asyncio.Event(), []
+    messages: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        if messages:
+            return messages.pop()
+        await hung_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    headers = [(k.lower().encode(), v.encode()) for k, v in request.headers.items()]
+    scope: Scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST"}
+    scope.update(scheme="http", path="/translate_file", raw_path=b"/translate_file", query_string=b"", root_path="")
+    scope.update(headers=headers, client=("127.0.0.1", 1), server=("test", 80))
+    async with serve(fake, gate=gate, max_items=1) as (_, app):
+        gate.hold()
+        task = asyncio.create_task(app(scope, receive, send))
+        await gate.wait_entered()  # the first line is being translated
+        hung_up.set()
+        await asyncio.wait_for(task, 5)
+        gate.release()
+        metrics = app.state.transduce.metrics.requests.labels(status="499")._value.get()
+    assert sent[0]["status"] == 499 and metrics == 1
+    assert fake.translated[1:] == ["A."]  # the other lines were never queued

@@ -64,6 +64,8 @@ def test_static_page_is_self_contained(web_url: str) -> None:
         assert "cdn" not in body.lower()
     settings = httpx.get(web_url + "/frontend/settings").json()
     assert settings["char_limit"] == 200 and settings["model"]
+    assert settings["supportedFilesFormat"] == [".txt", ".md", ".html", ".htm", ".docx"]
+    assert (settings["max_file_bytes"], settings["max_file_chars"]) == (2_000_000, 100_000)
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +198,41 @@ def test_translate_a_file_in_the_browser(browser: Any, web_url: str, tmp_path: P
         for line in lines
     ]
     assert got == expected and got[1] == ""
+
+
+def test_file_errors_are_worded_for_files(browser: Any, web_url: str, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    wait = WebDriverWait(browser, 30)
+    browser.get(web_url + "/")
+    wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
+    browser.find_element(By.ID, "tab-file").click()
+    chooser = browser.find_element(By.ID, "file")
+    assert chooser.get_attribute("accept") == ".txt,.md,.html,.htm,.docx"  # from /frontend/settings
+    assert browser.find_element(By.ID, "file-hint").text.startswith(
+        "A .txt, .md, .html, .htm or .docx file of up to 2 MB"
+    )
+    errors = []
+    for name, data in (("slides.pdf", b"%PDF-1.4"), ("huge.txt", b"Some words. " * 10_000)):
+        (tmp_path / name).write_bytes(data)
+        chooser.clear()
+        chooser.send_keys(str(tmp_path / name))
+        browser.find_element(By.ID, "translate-file").click()
+        wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+        errors.append(browser.find_element(By.ID, "error").text)
+        browser.find_element(By.ID, "tab-file").click()  # clears the error
+    unsupported, too_large = errors
+    assert unsupported.startswith("This file type is not supported: choose a .txt, .md, .html, .htm or .docx file.")
+    assert "Details: files of type '.pdf' are not supported: send .txt, .md, .html, .htm, .docx" in unsupported
+    assert too_large.startswith(
+        "This file is too large: this server translates files of up to 2 MB and 100000 characters of text."
+    )
+    assert "Details: huge.txt has 119999 characters of text, over the limit of 100000 (max_file_chars)" in too_large
+    assert (
+        "text is too long" not in unsupported + too_large
+        and not browser.find_element(By.ID, "file-link").is_displayed()
+    )
 
 
 def test_narrow_screen_stacks_the_panes(browser: Any, web_url: str) -> None:

@@ -6,7 +6,7 @@ The service, ``transduce translate`` and the tests all split and re-join through
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 # a sentence ends at . ! ? … (plus closing quotes/brackets) followed by whitespace and no lower-case letter
@@ -56,3 +56,34 @@ def segment(text: str) -> Segmented:
     if start < len(body):
         add(body[start:], "")
     return Segmented(tuple(sentences), tuple(separators), text[: len(text) - len(body)])
+
+
+_CLAUSE = re.compile(r"[,;:)\]](?=\s)|\s[-–—](?=\s)")  # where a sentence may be cut short of a sentence end
+
+
+def split_long(sentence: str, fits: Callable[[str], bool]) -> list[str]:
+    """``sentence`` cut into consecutive parts that each ``fits`` (e.g. within a token limit); joined they give back
+    ``sentence``. A part ends after the last clause mark (, ; : ) or a spaced dash) in the second half of the longest
+    prefix that fits, else at its last space, else (one long word) where it stops fitting; each part keeps the
+    whitespace that follows it."""
+    parts: list[str] = []
+    rest = sentence
+    while rest and not fits(rest):
+        lo, hi = 1, len(rest) - 1  # the longest prefix that fits: fits() grows with length, so bisect it
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(rest[:mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        window = rest[:lo]
+        marks = [m.end() for m in _CLAUSE.finditer(window) if m.end() > lo // 2]
+        space = window.rstrip().rfind(" ")
+        cut = marks[-1] if marks else space if space > 0 else lo
+        while cut < len(rest) and rest[cut].isspace():  # the whitespace after a part stays with it
+            cut += 1
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    if rest:
+        parts.append(rest)
+    return parts

@@ -1,26 +1,33 @@
 """Documents for POST /translate_file: a file's translatable units out, the file rebuilt around their translations.
 
-Plain text translates line by line (blank lines and each line's indentation kept); Markdown also keeps list and
-heading markers, block quotes and fenced code blocks (never translated); .docx translates each paragraph of the
-body and of its tables (a paragraph's text goes into its first run, so the paragraph keeps that run's formatting).
+- .txt translates line by line (blank lines and each line's indentation kept).
+- .md keeps its structure (``markdowndoc``): code, HTML blocks and link destinations are never translated; headings,
+  list items, quotes and table cells keep their markers; a paragraph is translated as one text.
+- .html/.htm goes through ``htmldoc`` as ``format: "html"`` does (tags, attributes, scripts kept).
+- .docx translates each paragraph of the body and of its tables: the text of the runs between hyperlinks goes into
+  the first of those runs (which keeps its formatting), a hyperlink's text into the hyperlink, placed as in HTML.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 from transduce.service.errors import ApiError
+from transduce.service.htmldoc import parse_html
+from transduce.service.htmlunits import Atom, Inline, Node, Tag, Unit
+from transduce.service.markdowndoc import Markdown, MarkdownText, unescape
 
 TEXT_TYPES = {".txt": "text/plain; charset=utf-8", ".md": "text/markdown; charset=utf-8"}
+HTML_TYPES = {".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8"}
 DOCX = ".docx"
 DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-MEDIA_TYPES = {**TEXT_TYPES, DOCX: DOCX_TYPE}  # what a translated file is served as
-_MD_PREFIX = re.compile(r"^(\s*(?:>\s*)*(?:#{1,6}\s+|[-*+]\s+(?:\[[ xX]\]\s+)?|\d{1,9}[.)]\s+)?)(.*?)(\s*)$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
+MEDIA_TYPES = {**TEXT_TYPES, **HTML_TYPES, DOCX: DOCX_TYPE}  # what a translated file is served as
 
 
 @dataclass
@@ -30,68 +37,163 @@ class Document:
     units: list[str]
     rebuild: Callable[[list[str]], bytes]
     media_type: str
+    text: str  # the file's text without markup: what language detection reads
 
 
 def supported_types() -> list[str]:
     """The file name endings POST /translate_file accepts."""
-    return [*TEXT_TYPES, DOCX]
+    return list(MEDIA_TYPES)
 
 
 def read_document(name: str, data: bytes) -> Document:
     """Parse an uploaded file by its name's ending; a type we cannot read, or a broken file, is a 400."""
     suffix = PurePath(name).suffix.lower()
-    if suffix in TEXT_TYPES:
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise ApiError(400, f"{name} is not UTF-8 text: save it as UTF-8 and send it again") from None
-        return _markdown(text) if suffix == ".md" else _text(text)
     if suffix == DOCX:
         return _docx(name, data)
-    raise ApiError(400, f"files of type {suffix or '(none)'!r} are not supported: send {', '.join(supported_types())}")
+    if suffix not in MEDIA_TYPES:
+        raise ApiError(
+            400, f"files of type {suffix or '(none)'!r} are not supported: send {', '.join(supported_types())}"
+        )
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ApiError(400, f"{name} is not UTF-8 text: save it as UTF-8 and send it again") from None
+    if suffix == ".txt":
+        return _text(text)
+    if suffix == ".md":
+        return _markdown(text)
+    return _html(name, text)
 
 
-def _lines(text: str, split: Callable[[str], tuple[str, str, str] | None]) -> Document:
-    """Line-wise documents: ``split(line)`` gives (prefix, text to translate, suffix), or None to keep the line."""
-    lines = text.split("\n")
-    parts = [split(line) for line in lines]
-    units = [p[1] for p in parts if p is not None]
+def _split(counts: Sequence[int], translations: Sequence[str]) -> list[Sequence[str]]:
+    """``translations`` cut into consecutive slices of ``counts`` items."""
+    out, at = [], 0
+    for n in counts:
+        out.append(translations[at : at + n])
+        at += n
+    return out
 
-    def rebuild(translations: list[str]) -> bytes:
-        it = iter(translations)
-        out = [line if p is None else p[0] + next(it) + p[2] for line, p in zip(lines, parts, strict=True)]
-        return "\n".join(out).encode()
 
-    return Document(units, rebuild, TEXT_TYPES[".txt"])
+def _plain(units: Sequence[str]) -> str:
+    """The units without their placeholders: the text language detection reads."""
+    return " ".join(re.sub(r"\[\d+\]", "", unit) for unit in units)
 
 
 def _text(text: str) -> Document:
-    def split(line: str) -> tuple[str, str, str] | None:
-        body = line.strip()
-        if not body:
-            return None
-        start = line.index(body[0])
-        return line[:start], body, line[start + len(body) :]
+    lines = text.split("\n")
+    kept = [line.strip() for line in lines]
 
-    return _lines(text, split)
+    def rebuild(translations: list[str]) -> bytes:
+        it = iter(translations)
+        out = [line if not body else line.replace(body, next(it), 1) for line, body in zip(lines, kept, strict=True)]
+        return "\n".join(out).encode()
+
+    units = [body for body in kept if body]
+    return Document(units, rebuild, TEXT_TYPES[".txt"], "\n".join(units))
+
+
+def _html(name: str, text: str) -> Document:
+    try:
+        item = parse_html(text)
+    except ApiError as exc:  # too deeply nested: said of the file, not of q
+        raise ApiError(exc.status, f"{name} {exc.message.removeprefix('q ')}") from None
+    return Document(list(item.sentences), lambda t: item.rejoin(t).encode(), HTML_TYPES[".html"], item.text)
+
+
+# --- Markdown: rows of kept text and translatable texts (markdowndoc) ---------------------------------------------
 
 
 def _markdown(text: str) -> Document:
-    in_code = False
+    newline = "\r\n" if "\r\n" in text else "\n"
+    rows = Markdown(text.replace("\r\n", "\n")).read()
+    blocks = [part for row in rows for part in row if isinstance(part, MarkdownText)]
 
-    def split(line: str) -> tuple[str, str, str] | None:
-        nonlocal in_code
-        if _FENCE.match(line):
-            in_code = not in_code
-            return None
-        match = _MD_PREFIX.match(line)
-        if in_code or match is None or not match.group(2).strip() or line.startswith(("    ", "\t")):
-            return None  # code, blank, marker-only or an indented code block
-        return match.group(1), match.group(2), match.group(3)
+    def rebuild(translations: list[str]) -> bytes:
+        mine = dict(zip(map(id, blocks), _split([len(b.unit.sentences) for b in blocks], translations), strict=True))
+        out = ["".join(p if isinstance(p, str) else p.render(mine[id(p)]) for p in row) for row in rows]
+        return "\n".join(out).replace("\n", newline).encode()
 
-    document = _lines(text, split)
-    document.media_type = TEXT_TYPES[".md"]
-    return document
+    units = [s for b in blocks for s in b.unit.sentences]
+    return Document(units, rebuild, TEXT_TYPES[".md"], _plain(units))
+
+
+# --- .docx -----------------------------------------------------------------------------------------------------------
+
+
+def _clear_text(run: Any) -> None:
+    """Remove a run's text (characters, tabs, line breaks), keeping its formatting, pictures and page breaks."""
+    for child in run.xpath("w:br | w:cr | w:noBreakHyphen | w:ptab | w:t | w:tab"):
+        if str(child):
+            run.remove(child)
+
+
+def _add_text(run: Any, text: str) -> None:
+    for piece in re.split(r"(\t|\n)", text):
+        if piece == "\t":
+            run.add_tab()
+        elif piece == "\n":
+            run.add_br()
+        elif piece:
+            run.add_t(piece)
+
+
+class _Paragraph:
+    """A .docx paragraph: its runs and hyperlinks as a ``Unit`` (a hyperlink is an inline element, so its text is
+    translated inside the sentence and put back into the hyperlink)."""
+
+    def __init__(self, paragraph: Any) -> None:
+        from docx.text.hyperlink import Hyperlink
+
+        self.groups: list[list[Any]] = [[]]  # the runs (CT_R) before, between and after the hyperlinks
+        self.links: list[Any] = []  # the hyperlinks (CT_Hyperlink)
+        nodes: list[Node] = []
+        for part in paragraph.iter_inner_content():
+            if isinstance(part, Hyperlink):
+                text, n = part.text, len(self.links)
+                self.links.append(part._element)
+                self.groups.append([])
+                nodes.append(Inline(Tag(f"l{n}"), [text]) if text.strip() else Atom(f"<k{n}>"))
+            else:
+                self.groups[-1].append(part.element)
+                nodes.append(part.text)
+        self.unit = Unit(nodes)
+
+    def write(self, translations: Sequence[str]) -> None:
+        from docx.oxml import OxmlElement
+
+        texts: dict[tuple[str, int], str] = {}
+        where, group = ("g", 0), 0
+        for token in re.split(r"(</?[kl]\d+>)", self.unit.render(translations, ())):
+            tag = re.fullmatch(r"<(/?)([kl])(\d+)>", token)
+            if tag is None:
+                texts[where] = texts.get(where, "") + unescape(token, {})
+            elif tag.group(2) == "l" and not tag.group(1):
+                where = ("l", int(tag.group(3)))
+            else:  # past a hyperlink
+                group += 1
+                where = ("g", group)
+        for n, link in enumerate(self.links):
+            if link.text.strip():
+                self.put(link.r_lst, texts.get(("l", n), ""))
+        for g, runs in enumerate(self.groups):
+            text = texts.get(("g", g), "")
+            if not runs and text.strip():  # no run there: a new one, formatted as the paragraph's first run
+                run = OxmlElement("w:r")
+                template = next((r for rs in self.groups for r in rs), None)
+                if template is not None and template.rPr is not None:
+                    run.append(copy.deepcopy(template.rPr))
+                (self.links[g - 1].addnext if g else self.links[0].addprevious)(run)
+                runs = [run]
+            self.put(runs, text)
+
+    @staticmethod
+    def put(runs: list[Any], text: str) -> None:
+        """``text`` into the first of ``runs`` that had text (keeping its formatting); the others emptied."""
+        first = next((r for r in runs if r.text), runs[0] if runs else None)
+        for run in runs:
+            _clear_text(run)
+        if first is not None:
+            _add_text(first, text)
 
 
 def _docx(name: str, data: bytes) -> Document:
@@ -106,19 +208,16 @@ def _docx(name: str, data: bytes) -> Document:
     for paragraph in [*doc.paragraphs, *(p for cell in cells for p in cell.paragraphs)]:
         if paragraph.text.strip() and paragraph._p not in seen:  # a merged cell appears once per row it spans
             seen.add(paragraph._p)
-            paragraphs.append(paragraph)
+            paragraphs.append(_Paragraph(paragraph))
 
     def rebuild(translations: list[str]) -> bytes:
-        for paragraph, text in zip(paragraphs, translations, strict=True):
-            runs = paragraph.runs
-            if runs:
-                runs[0].text = text
-                for run in runs[1:]:
-                    run.text = ""
-            else:  # text only in hyperlinks or fields: append a plain run
-                paragraph.add_run(text)
+        for paragraph, mine in zip(
+            paragraphs, _split([len(p.unit.sentences) for p in paragraphs], translations), strict=True
+        ):
+            paragraph.write(mine)
         out = io.BytesIO()
         doc.save(out)
         return out.getvalue()
 
-    return Document([p.text for p in paragraphs], rebuild, DOCX_TYPE)
+    units = [s for p in paragraphs for s in p.unit.sentences]
+    return Document(units, rebuild, DOCX_TYPE, _plain(units))

@@ -19,10 +19,12 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("transduce.service")
 INTERNAL_ERROR = json.dumps({"error": "internal error"}).encode()
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+RECORDED_PATHS = ("/translate", "/translate_file")  # the requests counted in /metrics and logged, one line each
 
 
 class RequestContextMiddleware:
-    """Echo (or create) X-Request-ID; turn an unexpected exception into a JSON 500; log one line per /translate."""
+    """Echo (or create) X-Request-ID; turn an unexpected exception into a JSON 500; log one line per request to
+    ``RECORDED_PATHS``."""
 
     def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app, self.state = app, state
@@ -60,7 +62,7 @@ class RequestContextMiddleware:
             await send_with_id({"type": "http.response.start", "status": 500, "headers": error_headers})
             await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
-            if scope.get("path") == "/translate":
+            if scope.get("path") in RECORDED_PATHS:
                 self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
 
     def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:
@@ -72,7 +74,7 @@ class RequestContextMiddleware:
         fields = {
             "request_id": request_id,
             "method": scope.get("method"),
-            "path": "/translate",
+            "path": scope.get("path"),
             "status": status,
             "n_items": None,
             "n_chars": None,
@@ -81,4 +83,4 @@ class RequestContextMiddleware:
             "queue_ms": round(timing.queue_ms, 2) if timing else None,
             "inference_ms": round(timing.inference_ms, 2) if timing else None,
         }
-        access_log.info("translate %s", status, extra={"fields": fields})
+        access_log.info("%s %s", str(scope.get("path"))[1:], status, extra={"fields": fields})

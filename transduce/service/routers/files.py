@@ -1,51 +1,78 @@
 """POST /translate_file and GET /download_file/{id}/{name} (LibreTranslate's file API).
 
-A file's units (lines, paragraphs) go through the same validation and queue as POST /translate, in requests that
-fit the request limits; the rebuilt file waits for ``file_ttl_s`` seconds under a random id.
+The upload is counted while it is read: beyond ``max_file_bytes`` (plus ``FORM_ALLOWANCE`` for the form's other
+fields and its multipart framing) it is a 413 before the rest is read, and it must arrive within
+``request_read_timeout_s`` (408). The file's units (lines, sentences) go through the same validation and queue as
+POST /translate, in requests that fit the request limits, under one deadline for the whole file
+(``request_timeout_s``), and are dropped if the client hangs up; the language is detected once, on the file's text,
+under ``source: "auto"``. The request is recorded in /latency and /metrics as a /translate is. The rebuilt file waits
+for ``file_ttl_s`` seconds under a random id.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from pathlib import PurePath
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
+from starlette.requests import ClientDisconnect
+from starlette.types import Message, Receive
 
-from transduce.engine.text import segment
+from transduce.engine.text import segment, split_long
+from transduce.service.config import Settings
 from transduce.service.deps import StateDep, check_api_key, get_pipeline
-from transduce.service.detect import get_detector
-from transduce.service.documents import MEDIA_TYPES, read_document
+from transduce.service.detect import MAX_DETECT_CHARS, get_detector
+from transduce.service.documents import MEDIA_TYPES, Document, read_document
 from transduce.service.errors import ApiError
-from transduce.service.schemas import ERROR_RESPONSES, TranslateRequest
+from transduce.service.observability import RequestTiming
+from transduce.service.routers.translate import until_disconnect
+from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest
 from transduce.service.state import AppState
-from transduce.service.validation import AUTO, model_languages, validate_request
+from transduce.service.validation import AUTO, auto_candidates, model_languages, validate_request
 
 router = APIRouter(tags=["files"])
+FORM_ALLOWANCE = 16_384  # bytes of an upload beside the file: multipart boundaries, part headers, the other fields
+DETECT_WINDOWS = 3  # under source=auto, the first this many MAX_DETECT_CHARS windows of the file's text vote
+# a translated file is served from this origin: never sniffed into something else, never run (an uploaded HTML
+# file keeps its <script> verbatim)
+DOWNLOAD_HEADERS = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"}
 
 
 class FileTranslation(BaseModel):
     """Where the translated file can be downloaded (until it expires)."""
 
     translatedFileUrl: str  # noqa: N815 - LibreTranslate's field name
+    detectedLanguage: DetectedLanguage | None = None  # noqa: N815 - under source=auto, as POST /translate answers
 
 
-def _pieces(units: list[str], limit: int) -> list[tuple[int, str]]:
-    """(unit index, text) pieces of at most ``limit`` characters: a longer unit is cut between its sentences (each
-    piece keeps the whitespace after its sentences, so the translated pieces join back with the same spacing)."""
+def _pieces(units: list[str], limit: int, fits: Callable[[str], bool]) -> list[tuple[int, str]]:
+    """(unit index, text) pieces of at most ``limit`` characters whose sentences each ``fits`` (the token limit): a
+    longer unit is cut between its sentences, and a sentence that does not fit is cut at clause marks or spaces into
+    pieces of its own (``split_long``: a file never fails on one long sentence, and nothing is dropped). Each piece
+    keeps the whitespace after it, so the translated pieces join back with the same spacing."""
     pieces: list[tuple[int, str]] = []
     for index, unit in enumerate(units):
-        if len(unit) <= limit:
+        item = segment(unit)
+        if len(unit) <= limit and all(fits(sentence) for sentence in item.sentences):
             pieces.append((index, unit))
             continue
-        item, part = segment(unit), item_leading(unit)
+        part = item_leading(unit)
         for sentence, sep in zip(item.sentences, item.separators, strict=True):
-            if part.strip() and len(part) + len(sentence) + len(sep) > limit:
+            short = split_long(sentence, lambda text: len(text) <= limit and fits(text))
+            if len(short) > 1:  # each part alone: together they would be one over-long sentence again
+                if part.strip():
+                    pieces.append((index, part))
+                pieces += [(index, text) for text in short[:-1]]
+                part = ""
+            if part.strip() and len(part) + len(short[-1]) + len(sep) > limit:
                 pieces.append((index, part))
                 part = ""
-            part += sentence + sep
+            part += short[-1] + sep
         pieces.append((index, part))
     return pieces
 
@@ -55,12 +82,17 @@ def item_leading(text: str) -> str:
     return text[: len(text) - len(text.lstrip())]
 
 
-async def translate_units(units: list[str], source: str, target: str, state: AppState) -> list[str]:
-    """Every unit translated through validation and the queue, in order, in requests within max_items/max_chars."""
+async def translate_units(
+    units: list[str], source: str, target: str, state: AppState, started: float
+) -> tuple[list[str], RequestTiming]:
+    """Every unit translated from ``source`` (a language, not ``auto``) through validation and the queue, in order,
+    in requests within max_items/max_chars, all under the deadline ``started + request_timeout_s``; with the
+    queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
-    detector = await get_detector(model_languages(pipeline.translator)) if source == AUTO else None
-    pieces = _pieces(units, settings.max_chars)
+    count = pipeline.translator.count_tokens
+    pieces = _pieces(units, settings.max_chars, lambda text: count(text) <= settings.max_sentence_tokens)
     out = [""] * len(units)
+    queue_ms = inference_ms = 0.0
     start = 0
     while start < len(pieces):
         end, size = start, 0
@@ -71,64 +103,140 @@ async def translate_units(units: list[str], source: str, target: str, state: App
             end += 1
         end = max(end, start + 1)  # a piece alone over max_chars is refused by validation with its 413
         request = TranslateRequest(q=[text for _, text in pieces[start:end]], source=source, target=target)
-        job = validate_request(request, settings, pipeline.translator, detector)
-        results, _ = await pipeline.translate(job, started=time.monotonic())
+        job = validate_request(request, settings, pipeline.translator)
+        sent = time.monotonic()
+        results, timing = await pipeline.translate(job, started=started)  # the file's deadline, not the chunk's
+        queue_ms += max(0.0, timing.queue_ms - (sent - started) * 1000)
+        inference_ms += timing.inference_ms
         for (index, _), result in zip(pieces[start:end], results, strict=True):
             out[index] += result.text
         start = end
-    return out
+    return out, RequestTiming((time.monotonic() - started) * 1000, queue_ms, inference_ms)
+
+
+async def source_language(document: Document, source: str, target: str, state: AppState) -> DetectedLanguage | None:
+    """Check the pair; under ``auto``, the file's language, detected once on its text (the first windows of it vote,
+    ties going to the more confident); None when ``source`` was named."""
+    translator = get_pipeline(state).translator
+    if source != AUTO:
+        if source == target:
+            raise ApiError(400, f"source and target are both {source!r}: choose two different languages")
+        translator.check_pair(source, target)
+        return None
+    detector, candidates = auto_candidates(target, translator, await get_detector(model_languages(translator)))
+    text = document.text[: MAX_DETECT_CHARS * DETECT_WINDOWS]
+    windows = [text[at : at + MAX_DETECT_CHARS] for at in range(0, len(text), MAX_DETECT_CHARS)] or [""]
+    votes: dict[str, list[float]] = {}
+    for window in windows:
+        found = detector.detect(window, candidates)
+        votes.setdefault(found.language, []).append(found.confidence)
+    language = max(votes, key=lambda code: (len(votes[code]), sum(votes[code])))
+    return DetectedLanguage(language=language, confidence=round(sum(votes[language]) / len(windows), 1))
+
+
+def _bounded(request: Request, settings: Settings) -> Receive:
+    """The request's ``receive``, counting the body: 413 once it is over max_file_bytes + FORM_ALLOWANCE (as its
+    Content-Length declares it, before anything is read, so an honest client is told before it sends the file rather
+    than cut off while sending it; else as it arrives), 408 when it has not all arrived ``request_read_timeout_s``
+    after the first read."""
+    limit, timeout_s = settings.max_file_bytes + FORM_ALLOWANCE, settings.request_read_timeout_s
+    length = request.headers.get("content-length", "")
+    declared = int(length[:19]) if length.isdigit() else 0  # 19 digits of a longer one are already far too many
+    received, deadline = 0, 0.0
+
+    def check() -> None:  # the one size check: of the body as declared, and as received so far
+        if max(declared, received) > limit:
+            raise ApiError(
+                413,
+                f"upload exceeds the limit of {settings.max_file_bytes} bytes (max_file_bytes; the form's other "
+                f"fields may add {FORM_ALLOWANCE} bytes)",
+                {"Connection": "close"},
+            )
+
+    async def bounded() -> Message:
+        nonlocal received, deadline
+        check()
+        deadline = deadline or asyncio.get_running_loop().time() + timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                message = await request.receive()
+        except TimeoutError:
+            raise ApiError(
+                408, f"upload not received within {timeout_s:g} s (request_read_timeout_s)", {"Connection": "close"}
+            ) from None
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            check()
+        return message
+
+    return bounded
+
+
+async def _read_form(request: Request, settings: Settings) -> FormData:
+    """The multipart form, read within the upload limits (before anything of it is used)."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "multipart/form-data":
+        raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
+    try:
+        return await Request(request.scope, _bounded(request, settings)).form(max_files=1, max_fields=8)
+    except (ApiError, ClientDisconnect):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
+        raise ApiError(422, f"the multipart body cannot be read ({type(exc).__name__})") from None
 
 
 @router.post(
     "/translate_file",
     response_model=FileTranslation,
-    responses={code: ERROR_RESPONSES[code] for code in (400, 401, 403, 413, 415, 422, 503, 504)},
-    summary="Translate a file (LibreTranslate-compatible): .txt, .md, .docx",
+    response_model_exclude_none=True,
+    responses={code: ERROR_RESPONSES[code] for code in (400, 401, 403, 408, 413, 415, 422, 503, 504)},
+    summary="Translate a file (LibreTranslate-compatible): .txt, .md, .html, .docx",
 )
 async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     """Multipart ``file``, ``source`` (or ``auto``), ``target``, optional ``api_key``; answers where to download it."""
+    started = time.monotonic()
     settings = state.settings
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > settings.max_file_bytes + 65536:
-        raise ApiError(
-            413, f"upload ({length} bytes) exceeds the limit of {settings.max_file_bytes} bytes (max_file_bytes)"
-        )
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "multipart/form-data":
-        raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
-    try:
-        form = await request.form(max_files=1, max_fields=8)
-    except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
-        raise ApiError(422, f"the multipart body cannot be read ({type(exc).__name__})") from None
-    upload, source, target = form.get("file"), form.get("source"), form.get("target")
-    key = form.get("api_key")
+    form = await _read_form(request, settings)
+    upload, source, target, key = (form.get(field) for field in ("file", "source", "target", "api_key"))
+    data = await upload.read() if isinstance(upload, UploadFile) else b""
+    await form.close()  # the spooled upload
     check_api_key(state, request, key if isinstance(key, str) else None)
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise ApiError(422, "file: send the file to translate as the multipart field 'file'")
     if not isinstance(source, str) or not isinstance(target, str) or not source or not target:
         raise ApiError(422, "source and target: name both languages (source may be 'auto')")
-    data = await upload.read(settings.max_file_bytes + 1)
-    if len(data) > settings.max_file_bytes:
-        raise ApiError(413, f"{upload.filename} exceeds the limit of {settings.max_file_bytes} bytes (max_file_bytes)")
-    document = read_document(upload.filename, data)
+    name = upload.filename
+    document = await asyncio.to_thread(read_document, name, data)
     chars = sum(len(u) for u in document.units)
     if chars > settings.max_file_chars:
         raise ApiError(
             413,
-            f"{upload.filename} has {chars} characters of text, over the limit of "
-            f"{settings.max_file_chars} (max_file_chars): split it",
+            f"{name} has {chars} characters of text, over the limit of {settings.max_file_chars} (max_file_chars): "
+            "split it",
         )
-    translated = document.rebuild(await translate_units(document.units, source, target, state))
-    name = PurePath(upload.filename)
-    file_id, stored = state.files.save(f"{name.stem}.{target}{name.suffix}", translated)
-    return FileTranslation(translatedFileUrl=f"{str(request.base_url).rstrip('/')}/download_file/{file_id}/{stored}")
+    detected = await source_language(document, source, target, state)
+    request.state.sizes = {"n_items": len(document.units), "n_chars": chars}
+    state.metrics.characters.inc(chars)
+    if detected is not None and detected.language == target:  # already in the target language: sent back as it is
+        translated, timing = data, RequestTiming((time.monotonic() - started) * 1000, 0.0, 0.0)
+    else:
+        language = detected.language if detected is not None else source
+        work = translate_units(document.units, language, target, state, started)
+        translations, timing = await until_disconnect(request, work)
+        translated = await asyncio.to_thread(document.rebuild, translations)
+        timing = RequestTiming((time.monotonic() - started) * 1000, timing.queue_ms, timing.inference_ms)
+    request.state.timing = timing
+    state.window.add_request(timing)
+    path = PurePath(name)
+    file_id, stored = await asyncio.to_thread(state.files.save, f"{path.stem}.{target}{path.suffix}", translated)
+    url = f"{str(request.base_url).rstrip('/')}/download_file/{file_id}/{stored}"
+    return FileTranslation(translatedFileUrl=url, detectedLanguage=detected)
 
 
 @router.get("/download_file/{file_id}/{name}", responses={404: ERROR_RESPONSES[404]})
 async def download_file(file_id: str, name: str, state: StateDep) -> FileResponse:
-    """A translated file, until ``file_ttl_s`` after it was made."""
+    """A translated file, until ``file_ttl_s`` after it was made (never sniffed, never run by the browser)."""
     path = state.files.find(file_id, name)
     if path is None:
         raise ApiError(404, f"no such file: translated files are kept for {state.settings.file_ttl_s:g} s")
-    return FileResponse(
-        path, media_type=MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream"), filename=name
-    )
+    media_type = MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
+    return FileResponse(path, media_type=media_type, filename=name, headers=DOWNLOAD_HEADERS)

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
 from transduce.service.deps import StateDep
+from transduce.service.documents import supported_types
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 router = APIRouter(tags=["web"])
@@ -29,7 +30,8 @@ async def favicon() -> FileResponse:
 @router.get("/frontend/settings")
 async def frontend_settings(state: StateDep) -> dict[str, Any]:
     """What the page and `transduce translate --url` need: the request limits (named as the settings are;
-    char_limit is max_chars) and the model name (like LibreTranslate's endpoint)."""
+    char_limit is max_chars), the file limits and file types (``supportedFilesFormat``, LibreTranslate's name), and
+    the model name (like LibreTranslate's endpoint)."""
     translator = state.pipeline.translator if state.pipeline else None
     settings = state.settings
     return {
@@ -39,6 +41,10 @@ async def frontend_settings(state: StateDep) -> dict[str, Any]:
         "max_sentence_tokens": settings.max_sentence_tokens,
         "max_beam_size": settings.max_beam_size,
         "max_alternatives": settings.max_alternatives,
+        "filesTranslation": True,
+        "supportedFilesFormat": supported_types(),
+        "max_file_bytes": settings.max_file_bytes,
+        "max_file_chars": settings.max_file_chars,
         "model": translator.model_name if translator else None,
         "provider": translator.provider if translator else None,
         "api_key_required": bool(settings.keys),

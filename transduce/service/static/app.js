@@ -1,10 +1,13 @@
 "use strict";
-// The page talks only to this server: /languages, /frontend/settings and POST /translate.
+// The page talks only to this server: /languages, /frontend/settings, POST /translate and POST /translate_file.
 // Errors are shown in plain words; the API's own precise message follows in small print.
 const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "transduce.api_key";
 let languages = [];
-let settings = { char_limit: 5000, model: "", api_key_required: false };
+let settings = {
+  char_limit: 5000, model: "", api_key_required: false,
+  supportedFilesFormat: [".txt", ".md", ".html", ".htm", ".docx"], max_file_bytes: 2000000, max_file_chars: 100000,
+};
 let busy = false;
 
 const isMac = /Mac|iPhone|iPad/.test((navigator.userAgentData && navigator.userAgentData.platform) || navigator.platform);
@@ -20,6 +23,37 @@ function showError(message, detail = "") {
     $("file-link").hidden = true;
   }
   if (message && el.scrollIntoView) el.scrollIntoView({ block: "nearest" });
+}
+
+function formatBytes(n) {
+  if (n >= 1e6) return `${+(n / 1e6).toFixed(1)} MB`;
+  if (n >= 1e3) return `${+(n / 1e3).toFixed(1)} kB`;
+  return `${n} bytes`;
+}
+
+function fileTypes() {  // ".txt, .md, .html, .htm or .docx"
+  const types = settings.supportedFilesFormat;
+  return types.length > 1 ? `${types.slice(0, -1).join(", ")} or ${types[types.length - 1]}` : types.join("");
+}
+
+function fileSuffix(name) {
+  const dot = name.lastIndexOf(".");
+  return dot > 0 ? name.slice(dot).toLowerCase() : "";
+}
+
+// What an error on a file means to someone using the page (the API's message is kept as the detail).
+function humanFileError(status, name) {
+  if (status === 413) {
+    return `This file is too large: this server translates files of up to ${formatBytes(settings.max_file_bytes)} ` +
+      `and ${settings.max_file_chars} characters of text. Split it and send the parts.`;
+  }
+  if (status === 400 && !settings.supportedFilesFormat.includes(fileSuffix(name))) {
+    return `This file type is not supported: choose a ${fileTypes()} file.`;
+  }
+  if (status === 400 || status === 422) return "The server could not read or translate this file.";
+  if (status === 408) return "The file took too long to upload. Check the connection and try again.";
+  if (status === 504) return "The file took too long to translate. Try a smaller file.";
+  return humanError(status);
 }
 
 // What an error status means to someone using the page; the API's message is kept as the detail.
@@ -114,6 +148,10 @@ async function translateFile() {
   const file = $("file").files[0];
   if (!file) { showError("Choose a file to translate first."); return; }
   if (busy) return;
+  if (file.size > settings.max_file_bytes + 16384) {  // the server would refuse it after the upload: say so now
+    showError(humanFileError(413, file.name), `${file.name} is ${formatBytes(file.size)}`);
+    return;
+  }
   const form = new FormData();
   form.append("file", file);
   form.append("source", $("source").value);
@@ -129,7 +167,7 @@ async function translateFile() {
     const response = await fetch("/translate_file", { method: "POST", body: form });
     const answer = await response.json().catch(() => ({}));
     if (!response.ok) {
-      showError(humanError(response.status), answer.error || "");
+      showError(humanFileError(response.status, file.name), answer.error || "");
       setStatus(`Model ${settings.model}`);
       return;
     }
@@ -137,7 +175,9 @@ async function translateFile() {
     link.href = answer.translatedFileUrl;
     link.textContent = `Download ${decodeURIComponent(answer.translatedFileUrl.split("/").pop())}`;
     link.hidden = false;
-    setStatus(`${file.name} translated · the download is kept for a few minutes`);
+    const found = answer.detectedLanguage;
+    const detected = found ? ` from ${languageName(found.language)} (detected)` : "";
+    setStatus(`${file.name} translated${detected} · the download is kept for a few minutes`);
   } catch (err) {
     showError("Could not reach the server. Check the connection and try again.", err.message);
     setStatus("");
@@ -209,6 +249,9 @@ async function init() {
   if (languages.some((l) => l.code === "en")) $("source").value = "en";
   fillTargets();
   updateCounter();
+  $("file").accept = settings.supportedFilesFormat.join(",");
+  $("file-hint").textContent = `A ${fileTypes()} file of up to ${formatBytes(settings.max_file_bytes)}, ` +
+    "translated with the languages chosen above; the translation keeps the file's layout.";
   setStatus(`Model ${settings.model} · ready`);
 }
 

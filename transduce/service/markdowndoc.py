@@ -1,0 +1,263 @@
+"""Markdown for POST /translate_file: a file read into rows of kept text and translatable texts (``MarkdownText``).
+
+Fenced and indented code, HTML blocks, front matter, link definitions and rules are never translated; headings, list
+items, quotes and table cells keep their markers. A paragraph's soft-wrapped lines are translated as one text and
+wrapped again to about the width they had (hard breaks kept). Inside a text, code spans, URLs, autolinks, images, raw
+HTML and link destinations never reach the model: they travel as the numbered placeholders of ``htmlunits.Unit`` (a
+link's text is translated, its ``](url)`` kept), so a lost or moved placeholder is put back as in ``format: "html"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from transduce.service.htmlunits import Atom, Inline, Node, Tag, Unit
+
+_QUOTE = re.compile(r"(?: {0,3}>[ \t]?)*")
+_FENCE = re.compile(r"\s*(`{3,}|~{3,})")
+_THEMATIC = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_SETEXT = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
+_ATX = re.compile(r"( {0,3}#{1,6}[ \t]+)(.*?)((?:[ \t]+#+)?[ \t]*)$")
+_LIST_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)(?:\[[ xX]\][ \t]+)?")
+_LINK_DEF = re.compile(r" {0,3}\[[^\]]+\]:[ \t]*\S")
+_TABLE_RULE = re.compile(r" {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
+_BLOCK_TAGS = (
+    "address|article|aside|base|basefont|blockquote|body|caption|center|col|colgroup|dd|details|dialog|dir|div|dl|dt|"
+    "fieldset|figcaption|figure|footer|form|frame|frameset|h[1-6]|head|header|hr|html|iframe|legend|li|link|main|menu|"
+    "menuitem|nav|noframes|ol|optgroup|option|p|param|search|section|summary|table|tbody|td|tfoot|th|thead|title|tr|"
+    "track|ul"
+)
+_HTML_BLOCK = re.compile(
+    rf" {{0,3}}(?:<(?:script|pre|style|textarea)(?:[\s>]|$)|<!--|<\?|<![A-Za-z]|</?(?:{_BLOCK_TAGS})(?:[\s>]|/>|$))",
+    re.IGNORECASE,
+)
+_HTML_LINE = re.compile(r" {0,3}(?:<[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|</[A-Za-z][\w-]*\s*>)\s*$")  # not in a paragraph
+_HTML_ENDS = {"<script": "</script>", "<pre": "</pre>", "<style": "</style>", "<textarea": "</textarea>"}
+_HTML_ENDS |= {"<!--": "-->", "<?": "?>", "<![cdata[": "]]>", "<!": ">"}  # how an HTML block ends (else: a blank line)
+# inline pieces that never reach the model: escapes (text, except \|), hard breaks, code spans, autolinks, HTML,
+# images, footnote references, bare URLs
+_KEPT = re.compile(
+    r"(?P<esc>\\[!-/:-@\[-`{-~])|\n|(?<!`)(?P<ticks>`+)(?!`).+?(?<!`)(?P=ticks)(?!`)"
+    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>|<[\w.+-]+@[\w-]+(?:\.[\w-]+)+>|<!--.*?-->"
+    r"|</?[A-Za-z][A-Za-z0-9-]*(?:\s+[A-Za-z_:][\w.:-]*(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*\s*/?>"
+    r"|!\[(?:[^\[\]\\]|\\.)*\](?:\((?:<[^<>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)"
+    r"|\[[^\[\]]*\])|\[\^[^\]\s]+\]|(?:https?://|www\.)[^\s<>]*[^\s<>.,;:!?'\")\]*_~]",
+    re.DOTALL,
+)
+_LINK = re.compile(
+    r"(?<![\\!])\[(?P<text>(?:[^\[\]\\]|\\.|\[(?:[^\[\]\\]|\\.)*\])*)\]"
+    r"(?:\((?:<[^<>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?\s*\)"
+    r"|\[[^\[\]]*\])"
+)
+_MASK = "\ue000"  # stands for a kept piece while links are looked for, so none is found inside one
+_SENTINEL = re.compile(r"(</?[klb]\d+>)|&(amp|lt|gt|nbsp);")  # Unit.render's markup for our pieces, its escapes
+_ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "nbsp": "\u00a0"}
+_STARTS_BLOCK = re.compile(r"(?:[-+*]|#{1,6}|\d{1,9}[.)]|=+|-+)(?:\s|$)|>|`{3}|~{3}|\|")  # at a line's start
+
+
+def unescape(text: str, kept: dict[str, str]) -> str:
+    """``Unit.render`` output as Markdown: our pieces back in place of their tags, the text's escapes undone."""
+    return _SENTINEL.sub(lambda m: kept[m.group(1)] if m.group(1) else _ENTITIES[m.group(2)], text)
+
+
+def _escape_start(line: str) -> str:
+    """A line that would open a block (list item, heading, quote...) where it stands: its marker escaped."""
+    if not _STARTS_BLOCK.match(line):
+        return line
+    digits = len(line) - len(line.lstrip("0123456789"))
+    return line[:digits] + "\\" + line[digits:]
+
+
+class MarkdownText:
+    """One Markdown paragraph, heading or table cell: a ``Unit`` whose kept pieces are numbered tags, rendered back
+    to Markdown (wrapped to ``width`` when it was wrapped; never inside a kept piece, never before a block marker).
+
+    ``kind``: ``para`` (a paragraph or list item: a block marker at its start is escaped), ``heading`` or ``cell``
+    (a table cell: its pipes are escaped)."""
+
+    def __init__(
+        self, text: str, breaks: dict[int, str], first: str = "", rest: str = "", width: int = 0, kind: str = "para"
+    ) -> None:
+        self.kept: dict[str, str] = {}
+        self.first, self.rest, self.width, self.kind = first, rest, width, kind
+        atoms = [(m.start(), m.end()) for m in _KEPT.finditer(text) if not m.group("esc") or m.group() == "\\|"]
+        chars = list(text)
+        for start, end in atoms:
+            chars[start:end] = _MASK * (end - start)
+        links = []
+        for m in _LINK.finditer("".join(chars)):
+            if any(c.isalpha() for c in m.group("text")):
+                links.append((m.start(), m.start("text"), m.end("text"), m.end()))
+            else:  # nothing to translate in it ([1](#note), a URL as its own text): kept whole
+                atoms.append((m.start(), m.end()))
+        spans = sorted(atoms + [(s, e) for s, _, _, e in links], key=lambda span: (span[0], -span[1]))
+        top: list[tuple[int, int]] = []
+        for span in spans:
+            if not top or span[0] >= top[-1][1]:
+                top.append(span)
+        self.text, self.atoms, self.breaks = text, atoms, breaks
+        self.links = {s: (ts, te) for s, ts, te, _ in links}
+        self.unit = Unit(self._nodes(0, len(text), top))
+
+    def _tag(self, kind: str, piece: str, closing: str | None = None) -> str:
+        name = f"{kind}{len(self.kept)}"
+        self.kept[f"<{name}>"] = piece
+        if closing is not None:
+            self.kept[f"</{name}>"] = closing
+        return name
+
+    def _nodes(self, lo: int, hi: int, spans: list[tuple[int, int]], links: bool = True) -> list[Node]:
+        """The text from ``lo`` to ``hi`` around ``spans``: kept pieces (atoms), and links (inline elements)."""
+        text, nodes, at = self.text, list[Node](), lo
+        for start, end in spans:
+            if start > at:
+                nodes.append(text[at:start])
+            inner = self.links.get(start) if links else None
+            if inner is None and start in self.breaks:
+                nodes.append(Atom(f"<{self._tag('b', self.breaks[start])}>", hard_break=True))
+            elif inner is None:
+                nodes.append(Atom(f"<{self._tag('k', text[start:end].replace(chr(10), ' '))}>"))
+            else:
+                ts, te = inner
+                name = self._tag("l", text[start:ts], text[te:end].replace("\n", " "))
+                inside = [a for a in self.atoms if ts <= a[0] and a[1] <= te]
+                nodes.append(Inline(Tag(name), self._nodes(ts, te, inside, links=False)))
+            at = end
+        if at < hi:
+            nodes.append(text[at:hi])
+        return nodes
+
+    def render(self, translations: Sequence[str]) -> str:
+        parts = re.split(r"(<b\d+>)", self.unit.render(translations, ()))
+        lines: list[str] = []
+        for k in range(0, len(parts), 2):
+            chunk = re.sub(r"(?<!\\)\|", r"\\|", parts[k]) if self.kind == "cell" else parts[k]
+            words = [unescape(word, self.kept) for word in chunk.split(" ") if word]
+            wrapped: list[str] = []
+            for word in words:  # a word that would open a block at a line's start stays on the line before
+                fits = wrapped and len(self.rest) + len(wrapped[-1]) + 1 + len(word) <= self.width
+                if wrapped and (not self.width or fits or _STARTS_BLOCK.match(word) or word.startswith("<")):
+                    wrapped[-1] += " " + word
+                else:
+                    wrapped.append(word)
+            wrapped = wrapped or [""]
+            if self.kind == "para":
+                wrapped[0] = _escape_start(wrapped[0])
+            if k:
+                lines[-1] += self.kept[parts[k - 1]]  # the hard break, as it was written
+            lines += wrapped
+        return self.first + ("\n" + self.rest).join(lines)
+
+
+class Markdown:
+    """Reads Markdown line by line into rows of literal text and ``MarkdownText`` blocks (CommonMark's block
+    structure, as far as translation needs it)."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.split("\n")
+        self.rows: list[list[str | MarkdownText]] = []
+        self.para: list[str] = []  # the open paragraph's lines, without their prefixes
+        self.raw: list[str] = []
+        self.prefixes = ("", "")  # the open paragraph's first-line and continuation prefixes
+        self.list_indent = 0
+
+    def flush(self, wrap: bool = True) -> None:
+        if not self.para:
+            return
+        text, breaks = "", {}
+        for k, line in enumerate(self.para):
+            body = line.strip()
+            last = k == len(self.para) - 1
+            if not last and (line.rstrip().endswith("\\") or line.endswith("  ")):
+                marker = "\\" if line.rstrip().endswith("\\") else "  "
+                breaks[len(text) + len(body.removesuffix(marker.strip()))] = marker
+                text += body.removesuffix(marker.strip()) + "\n"
+            else:
+                text += body + ("" if last else " ")
+        width = max(map(len, self.raw)) if wrap and len(self.raw) > 1 else 0
+        self.rows.append([MarkdownText(text, breaks, *self.prefixes, width=width)])
+        self.para, self.raw = [], []
+
+    def literal(self, line: str) -> None:
+        self.flush()
+        self.rows.append([line])
+
+    def read(self) -> list[list[str | MarkdownText]]:
+        lines, i, fence, html = self.lines, 0, "", None
+        if lines[0] == "---" and "---" in lines[1:]:  # front matter
+            i = lines.index("---", 1) + 1
+            self.rows += [[line] for line in lines[:i]]
+        while i < len(lines):
+            line, i = lines[i], i + 1
+            found = _QUOTE.match(line)
+            quote = found.group() if found else ""
+            rest = line[len(quote) :]
+            if fence or html is not None:
+                self.rows.append([line])
+                if fence and re.fullmatch(rf"\s*{re.escape(fence[0])}{{{len(fence)},}}\s*", rest):
+                    fence = ""
+                elif html is not None and ((html and html in rest.lower()) or (not html and not rest.strip())):
+                    html = None
+                continue
+            indent = len(rest.expandtabs(4)) - len(rest.expandtabs(4).lstrip())
+            if self.para and quote.count(">") > self.prefixes[1].count(">"):
+                self.flush()  # a deeper quote starts a block of its own
+            if rest.strip() and not self.para and indent < self.list_indent:
+                self.list_indent = 0  # the list ended
+            fenced, heading, item = _FENCE.match(rest), _ATX.match(rest), _LIST_ITEM.match(rest)
+            if not rest.strip():
+                self.literal(line)
+            elif fenced:
+                self.literal(line)
+                fence = fenced.group(1)
+            elif self.para and _SETEXT.match(rest):
+                self.flush(wrap=False)  # a setext heading's text stays on one line
+                self.rows.append([line])
+            elif _THEMATIC.match(rest) or (not self.para and _LINK_DEF.match(rest)):
+                self.literal(line)
+            elif _HTML_BLOCK.match(rest) or (not self.para and _HTML_LINE.match(rest)):
+                self.literal(line)
+                low = rest.lower().lstrip()
+                end = next((e for s, e in _HTML_ENDS.items() if low.startswith(s)), "")
+                html = None if end and end in low[2:] else end
+            elif heading and heading.group(2).strip():
+                self.flush()
+                self.rows.append(
+                    [quote + heading.group(1), MarkdownText(heading.group(2), {}, kind="heading"), heading.group(3)]
+                )
+            elif "|" in rest and i < len(lines) and "|" in lines[i] and _TABLE_RULE.match(lines[i][len(quote) :]):
+                self.flush()
+                self.rows += [self.row(quote, rest), [lines[i]]]
+                i += 1
+                while i < len(lines) and "|" in lines[i] and lines[i].strip():
+                    self.rows.append(self.row(quote, lines[i][len(quote) :]))
+                    i += 1
+            elif not self.para and indent >= self.list_indent + 4:
+                self.literal(line)  # indented code
+            elif item and rest[item.end() :].strip():
+                self.flush()
+                prefix = item.group()
+                self.list_indent = len(prefix.expandtabs(4))
+                self.para, self.raw = [rest[item.end() :]], [line]
+                self.prefixes = (quote + prefix, quote + " " * len(prefix.expandtabs(4)))
+            elif item:
+                self.literal(line)
+            elif self.para:
+                self.para.append(rest)
+                self.raw.append(line)
+            else:
+                lead = rest[: len(rest) - len(rest.lstrip())]
+                self.para, self.raw, self.prefixes = [rest], [line], (quote + lead, quote + lead)
+        self.flush()
+        return self.rows
+
+    @staticmethod
+    def row(quote: str, rest: str) -> list[str | MarkdownText]:
+        """A table row: its cells translated one by one, the pipes and padding kept."""
+        row: list[str | MarkdownText] = [quote]
+        for k, cell in enumerate(re.split(r"(?<!\\)\|", rest)):
+            body = cell.strip()
+            lead, trail = cell[: len(cell) - len(cell.lstrip())], cell[len(cell.rstrip()) :]
+            row += ["|" if k else "", lead, MarkdownText(body, {}, kind="cell") if body else "", trail]
+        return row
