@@ -29,7 +29,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
-from transduce.service.htmlunits import Atom, AttrSlot, Inline, Node, Tag, Term, Unit, plain_text
+from transduce.service.htmlunits import Atom, AttrSlot, Inline, Node, Tag, Term, Unit
 
 MAX_DEPTH = 128  # elements nested deeper than this are refused (400): real pages stay far below it
 
@@ -291,4 +291,4 @@ def parse_html(text: str) -> HtmlItem:
     return builder.item()
 
 
-__all__ = ["HtmlItem", "parse_html", "plain_text"]
+__all__ = ["HtmlItem", "parse_html"]

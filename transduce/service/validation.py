@@ -83,11 +83,7 @@ def validate_request(
         raise ApiError(400, "q is an empty list: send at least one text")
     if len(texts) > settings.max_items:
         raise ApiError(400, f"q has {len(texts)} texts, over the limit of {settings.max_items} (max_items)")
-    n_chars = sum(len(t) for t in texts)
-    if n_chars > settings.max_chars:
-        raise ApiError(
-            413, f"request ({n_chars} characters) exceeds the limit of {settings.max_chars} characters (max_chars)"
-        )
+    n_chars = check_chars(sum(len(t) for t in texts), settings)
     auto = auto_candidates(req.target, translator, detector) if req.source == AUTO else None
     if auto is None:
         if req.source == req.target:
@@ -122,6 +118,15 @@ def validate_request(
         n_chars=n_chars,
         detected=detected,
     )
+
+
+def check_chars(n_chars: int, settings: Settings) -> int:
+    """``n_chars`` when within max_chars (the one check of that limit, for /translate and /detect), else 413."""
+    if n_chars > settings.max_chars:
+        raise ApiError(
+            413, f"request ({n_chars} characters) exceeds the limit of {settings.max_chars} characters (max_chars)"
+        )
+    return n_chars
 
 
 def model_languages(translator: TranslatorLike) -> list[str]:

@@ -9,7 +9,7 @@ from transduce.service.detect import get_detector
 from transduce.service.errors import ApiError
 from transduce.service.request_body import read_body_as
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, DetectRequest
-from transduce.service.validation import clean_text, model_languages
+from transduce.service.validation import check_chars, clean_text, model_languages
 
 router = APIRouter(tags=["translate"])
 
@@ -42,9 +42,7 @@ async def detect(request: Request, state: StateDep) -> list[DetectedLanguage]:
     text = req.q if isinstance(req.q, str) else "\n".join(req.q)
     if not text.strip():
         raise ApiError(400, "q is empty: send the text whose language to detect")
-    limit = state.settings.max_chars
-    if len(text) > limit:
-        raise ApiError(413, f"request ({len(text)} characters) exceeds the limit of {limit} characters (max_chars)")
+    check_chars(len(text), state.settings)
     languages = model_languages(pipeline.translator)
     detector = await get_detector(languages)
     ranked = detector.rank(clean_text(text), detector.languages)
