@@ -90,8 +90,9 @@ class IOBindingRunner:
 
     def trim(self, state: DecoderState) -> None:
         """Trimming costs a round trip through host memory here, so it waits until 16 positions can go."""
-        unused_source = state.encoder_mask.shape[1] - state.source_columns_used()
-        if state.padding_to_trim() >= 16 or unused_source >= 16:
+        S = state.encoder_mask.shape[1]
+        unused_source = S - state.source_columns_used()
+        if state.padding_to_trim() >= 16 or (unused_source >= 16 and unused_source * 4 >= S):  # as NumpyRunner cuts
             host = self._on_host(state)
             NumpyRunner(self.sessions).trim(host)
             trimmed = self._on_device(host)

@@ -56,7 +56,7 @@ class _Slot:
     request: _Request
     index: int
     queued: float
-    queued_step: int  # the scheduler's step count when it was queued (starvation is counted in steps)
+    blocked_since: int | None = None  # step count when it first fitted its request's share but not the batch
     admitted: float = 0.0
 
 
@@ -172,7 +172,7 @@ class StepScheduler:
         request = _Request(loop, loop.create_future(), len(texts), deadline, now)
         tokenizer = self.translator.tokenizer
         for i, text in enumerate(texts):
-            slot = _Slot(request, i, now, self._steps)
+            slot = _Slot(request, i, now)
             ids = tokenizer.encode_source(text, target_lang)
             request.pending.append(Job(ids, options, self._on_done(slot, options), request.over, tag=slot))
         with self._lock:
@@ -291,11 +291,17 @@ class StepScheduler:
                     self._requests.remove(request)
             if not self._requests or not self._may_join(active):
                 return
-            oldest = min(self._requests, key=lambda r: r.pending[0].tag.queued_step)
-            head = oldest.pending[0]
-            if self._steps - head.tag.queued_step >= cfg.starve_steps and fair(oldest, head):
-                if not fits(head):
-                    return  # the batch drains until the sentence that waited longest fits
+            starved = [
+                r
+                for r in self._requests
+                if r.pending[0].tag.blocked_since is not None
+                and self._steps - r.pending[0].tag.blocked_since >= cfg.starve_steps
+                and fair(r, r.pending[0])
+            ]
+            if starved:  # the sentence kept out longest by what others hold goes first, once the batch has room
+                oldest = min(starved, key=lambda r: r.pending[0].tag.blocked_since)
+                if not fits(oldest.pending[0]):
+                    return  # the batch drains until it fits
                 take(oldest)
             blocked = 0  # requests in a row that could not take a sentence
             while self._requests and active < cfg.max_batch_size and blocked < len(self._requests):
@@ -303,6 +309,8 @@ class StepScheduler:
                 job = request.pending[0]
                 self._requests.rotate(-1)  # the next sentence comes from the next request
                 if not (fits(job) and fair(request, job)):
+                    if fair(request, job) and job.tag.blocked_since is None:
+                        job.tag.blocked_since = self._steps  # within its share, kept out by what others hold
                     blocked += 1
                     continue
                 blocked = 0

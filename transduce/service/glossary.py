@@ -78,7 +78,11 @@ class Matcher:
         space = r"\s+" if html else r"[^\S\n]+"  # a term may wrap across lines in HTML, never in plain text
         longest = sorted(terms, key=lambda t: -len(t[0]))
         alternatives = [space.join(re.escape(word) for word in source.split()) for source, _ in longest]
-        self._pattern = re.compile(rf"(?<!\w)(?:{'|'.join(alternatives)})(?!\w)", re.IGNORECASE)
+        # one trie-shaped pattern, not an alternation: terms sharing a prefix are tried together, so matching is
+        # linear in the text times the longest term however many terms share it; greedy optional groups prefer
+        # the longest term and back off to a shorter one that ends on a word boundary
+        pattern = _trie_pattern([source for source, _ in longest], space)
+        self._pattern = re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.IGNORECASE)
         self._targets = {fold(source): target for source, target in longest}
         pairs = zip(alternatives, longest, strict=True)
         self._each = [(re.compile(rf"{p}\Z", re.IGNORECASE), target) for p, (_, target) in pairs]
@@ -99,6 +103,30 @@ class Matcher:
             pieces.append(Term(match.group(), self._target(match.group())))
             at = match.end()
         return [*pieces, text[at:]] if at < len(text) or not pieces else pieces
+
+
+_END = ""  # a trie key no unit uses: a term ends here
+
+
+def _trie_pattern(sources: Sequence[str], space: str) -> str:
+    """A regular expression matching exactly ``sources`` (each a run of words; any whitespace between words, as
+    ``space``), built as a trie of case-folded characters so shared prefixes are matched once."""
+    trie: dict[str, Any] = {}
+    for source in sources:
+        node = trie
+        for i, word in enumerate(source.split()):
+            for unit in ([" "] if i else []) + [c.lower() if len(c.lower()) == 1 else c for c in word]:
+                node = node.setdefault(unit, {})
+        node[_END] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        branches = [(space if u == " " else re.escape(u)) + emit(child) for u, child in node.items() if u != _END]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 and _END not in node else f"(?:{'|'.join(branches)})"
+        return f"{body}?" if _END in node else body
+
+    return emit(trie)
 
 
 @functools.lru_cache(maxsize=256)
