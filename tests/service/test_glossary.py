@@ -17,7 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from tests.service.harness import EN_DE, FakeTranslator, build_app, serve
-from tests.service.test_app_html import MangledTranslator, assert_same_markup
+from tests.service.test_app_html import assert_same_markup
+from tests.service.test_html_placeholders import MangledTranslator
 from transduce.engine.translator import Translator
 from transduce.service.engine_api import TranslatorLike
 

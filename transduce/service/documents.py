@@ -5,22 +5,32 @@
   list items, quotes and table cells keep their markers; a paragraph is translated as one text.
 - .html/.htm goes through ``htmldoc`` as ``format: "html"`` does (tags, attributes, scripts kept).
 - .docx translates each paragraph of the body and of its tables: the text of the runs between hyperlinks goes into
-  the first of those runs (which keeps its formatting), a hyperlink's text into the hyperlink, placed as in HTML.
+  the first of those runs (which keeps its formatting), a hyperlink's text into the hyperlink, placed as in HTML; a
+  line break inside a paragraph ends a sentence and stays where it was.
+
+Before anything is parsed, a text file of over ``MARKUP_ALLOWANCE`` times the character limit is refused, and so is a
+.docx that would unpack to over ``DOCX_INFLATION`` times the byte limit, or that holds over ``MAX_DOCX_PARTS`` files
+(a zip bomb): 413s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import re
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from lxml import etree
+
 from transduce.service.errors import ApiError
 from transduce.service.htmldoc import parse_html
-from transduce.service.htmlunits import Atom, Inline, Node, Tag, Unit
+from transduce.service.htmlnodes import Atom, Inline, Node, Tag
+from transduce.service.htmlunits import Unit
 from transduce.service.markdowndoc import Markdown, MarkdownText, unescape
 
 TEXT_TYPES = {".txt": "text/plain; charset=utf-8", ".md": "text/markdown; charset=utf-8"}
@@ -28,6 +38,10 @@ HTML_TYPES = {".html": "text/html; charset=utf-8", ".htm": "text/html; charset=u
 DOCX = ".docx"
 DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 MEDIA_TYPES = {**TEXT_TYPES, **HTML_TYPES, DOCX: DOCX_TYPE}  # what a translated file is served as
+MARKUP_ALLOWANCE = 2  # a text file may hold this many times max_file_chars before it is parsed (markup, indentation)
+DOCX_INFLATION = 20  # a .docx may unpack to this many times max_file_bytes
+MAX_DOCX_PARTS = 5_000  # files in a .docx's zip (a real document holds tens, a few hundred with many pictures)
+MAX_DOCX_ELEMENTS = 200_000  # XML elements in a .docx (a 30-page document holds tens of thousands)
 
 
 @dataclass
@@ -45,11 +59,18 @@ def supported_types() -> list[str]:
     return list(MEDIA_TYPES)
 
 
-def read_document(name: str, data: bytes) -> Document:
-    """Parse an uploaded file by its name's ending; a type we cannot read, or a broken file, is a 400."""
+def too_many_chars(name: str, chars: int, limit: int) -> ApiError:
+    """The 413 for a file with more than ``limit`` (max_file_chars) characters of text."""
+    return ApiError(413, f"{name} has {chars} characters of text, over the limit of {limit} (max_file_chars): split it")
+
+
+def read_document(name: str, data: bytes, *, max_chars: int = 0, max_bytes: int = 0) -> Document:
+    """Parse an uploaded file by its name's ending; a type we cannot read, or a broken file, is a 400. With limits
+    (max_file_chars, max_file_bytes; 0: none), a text of over ``MARKUP_ALLOWANCE * max_chars`` characters, or a
+    .docx unpacking to over ``DOCX_INFLATION * max_bytes`` bytes, is a 413 before it is parsed."""
     suffix = PurePath(name).suffix.lower()
     if suffix == DOCX:
-        return _docx(name, data)
+        return _docx(name, data, max_chars, max_bytes)
     if suffix not in MEDIA_TYPES:
         raise ApiError(
             400, f"files of type {suffix or '(none)'!r} are not supported: send {', '.join(supported_types())}"
@@ -58,6 +79,8 @@ def read_document(name: str, data: bytes) -> Document:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ApiError(400, f"{name} is not UTF-8 text: save it as UTF-8 and send it again") from None
+    if max_chars and len(text) > MARKUP_ALLOWANCE * max_chars:
+        raise too_many_chars(name, len(text), max_chars)
     if suffix == ".txt":
         return _text(text)
     if suffix == ".md":
@@ -137,6 +160,20 @@ def _add_text(run: Any, text: str) -> None:
             run.add_t(piece)
 
 
+_BREAK = "<br>"  # a line break inside a paragraph, as Unit.render gives it back
+
+
+def _lines(text: str) -> list[Node]:
+    """A run's text with each line break (w:br, w:cr) as an atom that ends the sentence and comes back as a break."""
+    nodes: list[Node] = []
+    for k, line in enumerate(text.split("\n")):
+        if k:
+            nodes.append(Atom(_BREAK, hard_break=True))
+        if line:
+            nodes.append(line)
+    return nodes
+
+
 class _Paragraph:
     """A .docx paragraph: its runs and hyperlinks as a ``Unit`` (a hyperlink is an inline element, so its text is
     translated inside the sentence and put back into the hyperlink)."""
@@ -152,10 +189,10 @@ class _Paragraph:
                 text, n = part.text, len(self.links)
                 self.links.append(part._element)
                 self.groups.append([])
-                nodes.append(Inline(Tag(f"l{n}"), [text]) if text.strip() else Atom(f"<k{n}>"))
+                nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
             else:
                 self.groups[-1].append(part.element)
-                nodes.append(part.text)
+                nodes += _lines(part.text)
         self.unit = Unit(nodes)
 
     def write(self, translations: Sequence[str]) -> None:
@@ -163,9 +200,11 @@ class _Paragraph:
 
         texts: dict[tuple[str, int], str] = {}
         where, group = ("g", 0), 0
-        for token in re.split(r"(</?[kl]\d+>)", self.unit.render(translations, ())):
+        for token in re.split(r"(</?[kl]\d+>|<br>)", self.unit.render(translations, ())):
             tag = re.fullmatch(r"<(/?)([kl])(\d+)>", token)
-            if tag is None:
+            if token == _BREAK:  # written back as a w:br
+                texts[where] = texts.get(where, "") + "\n"
+            elif tag is None:
                 texts[where] = texts.get(where, "") + unescape(token, {})
             elif tag.group(2) == "l" and not tag.group(1):
                 where = ("l", int(tag.group(3)))
@@ -196,19 +235,73 @@ class _Paragraph:
             _add_text(first, text)
 
 
-def _docx(name: str, data: bytes) -> Document:
-    import docx  # python-docx
+def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
+    """Refuse (413) a .docx that holds over ``MAX_DOCX_PARTS`` files, would unpack to over ``DOCX_INFLATION *
+    max_bytes`` bytes (its zip directory says: the zip reader never gives more than a file declares), or whose XML
+    has over ``MAX_DOCX_ELEMENTS`` elements (counted as it streams, stopping there): python-docx unpacks and parses
+    all of it, and its time grows with the elements. A broken zip is a 400."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            files = archive.infolist()
+            if len(files) > MAX_DOCX_PARTS:
+                raise ApiError(413, f"{name} holds {len(files)} files, over the limit of {MAX_DOCX_PARTS} in a .docx")
+            size, limit = sum(info.file_size for info in files), DOCX_INFLATION * max_bytes
+            if size > limit:
+                raise ApiError(
+                    413,
+                    f"{name} unpacks to {size} bytes, over the limit of {limit} ({DOCX_INFLATION} x max_file_bytes)",
+                )
+            elements = 0
+            for info in (info for info in files if info.filename.endswith((".xml", ".rels"))):
+                with archive.open(info) as part, contextlib.suppress(etree.XMLSyntaxError):  # (python-docx judges)
+                    for _ in etree.iterparse(part, events=("end",), resolve_entities=False, no_network=True):
+                        elements += 1
+                        if elements > MAX_DOCX_ELEMENTS:
+                            raise ApiError(
+                                413,
+                                f"{name} has over {MAX_DOCX_ELEMENTS} XML elements, the limit for a .docx: split it",
+                            )
+    except ApiError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a broken zip raises several types
+        raise ApiError(400, f"{name} is not a readable .docx file ({type(exc).__name__})") from None
 
+
+_VISIBLE = etree.XPath(  # where a paragraph's (CT_P) text can be other than blank, as python-docx reads it
+    "(w:r | w:hyperlink/w:r)/*[self::w:t or self::w:noBreakHyphen]",
+    namespaces={"w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main"},
+)
+
+
+def _visible(paragraph: Any) -> bool:
+    """Whether a paragraph may have text: the many empty ones are passed over at the cost of one XPath query rather
+    than of python-docx's ``text``."""
+    return any(e.text is None or e.text.strip() for e in _VISIBLE(paragraph))
+
+
+def _docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Document:
+    import docx  # python-docx
+    from docx.oxml.ns import qn
+    from docx.text.paragraph import Paragraph
+
+    if max_bytes:
+        _check_zip(name, data, max_bytes)
     try:
         doc = docx.Document(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - a broken zip or XML raises many types: all mean "not a .docx"
         raise ApiError(400, f"{name} is not a readable .docx file ({type(exc).__name__})") from None
-    paragraphs, seen = [], set()
+    found, seen, size = [], set(), 0
     cells = [cell for table in doc.tables for row in table.rows for cell in row.cells]
-    for paragraph in [*doc.paragraphs, *(p for cell in cells for p in cell.paragraphs)]:
-        if paragraph.text.strip() and paragraph._p not in seen:  # a merged cell appears once per row it spans
+    body = (Paragraph(p, doc._body) for p in doc.element.body.iterchildren(qn("w:p")) if _visible(p))  # =paragraphs
+    for paragraph in [*body, *(p for cell in cells for p in cell.paragraphs if _visible(p._p))]:
+        text = paragraph.text
+        if text.strip() and paragraph._p not in seen:  # a merged cell appears once per row it spans
             seen.add(paragraph._p)
-            paragraphs.append(_Paragraph(paragraph))
+            found.append(paragraph)
+            size += len(text)
+    if max_chars and size > MARKUP_ALLOWANCE * max_chars:  # before its sentences are cut
+        raise too_many_chars(name, size, max_chars)
+    paragraphs = [_Paragraph(paragraph) for paragraph in found]
 
     def rebuild(translations: list[str]) -> bytes:
         for paragraph, mine in zip(

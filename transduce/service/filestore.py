@@ -9,6 +9,16 @@ import uuid
 from pathlib import Path
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_STEM = 100  # characters of a stored name before its last two endings (".de.txt"): file systems allow 255 bytes
+MAX_ENDINGS = 40
+
+
+def safe_name(name: str) -> str:
+    """``name`` as a file name we can store and serve: only letters, digits, ``._-``; its stem cut to ``MAX_STEM``
+    characters, its last two endings (the target language, the type) kept."""
+    safe = _SAFE.sub("_", name).strip("._") or "translation"
+    stem, *endings = safe.rsplit(".", 2)
+    return stem[:MAX_STEM] + "".join(f".{ending}" for ending in endings)[-MAX_ENDINGS:]
 
 
 class FileStore:
@@ -19,12 +29,15 @@ class FileStore:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def save(self, name: str, data: bytes) -> tuple[str, str]:
-        """Store ``data``; returns (id, the file's safe name)."""
-        file_id = uuid.uuid4().hex
-        safe = _SAFE.sub("_", name).strip("._") or "translation"
+        """Store ``data`` as ``safe_name(name)``; returns (id, that name). Nothing is left behind when it fails."""
+        file_id, safe = uuid.uuid4().hex, safe_name(name)
         folder = self.root / file_id
         folder.mkdir()
-        (folder / safe).write_bytes(data)
+        try:
+            (folder / safe).write_bytes(data)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return file_id, safe
 
     def find(self, file_id: str, name: str) -> Path | None:

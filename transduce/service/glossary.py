@@ -27,7 +27,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.field_errors import describe
-from transduce.service.htmlunits import Term, Unit
+from transduce.service.htmlnodes import Term
+from transduce.service.htmlunits import Unit
 from transduce.service.schemas import MAX_TERM_CHARS, GlossaryEntry
 
 Pair = tuple[str, str]  # (source language, target language)

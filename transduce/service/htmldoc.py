@@ -29,7 +29,8 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
-from transduce.service.htmlunits import Atom, AttrSlot, Inline, Node, Tag, Term, Unit
+from transduce.service.htmlnodes import Atom, AttrSlot, Inline, Node, Tag, Term
+from transduce.service.htmlunits import Unit
 
 MAX_DEPTH = 128  # elements nested deeper than this are refused (400): real pages stay far below it
 

@@ -25,90 +25,21 @@ placeholder comes back (or maps, when lost); a sentence of terms alone is not se
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from transduce.engine.text import segment
+from transduce.service.htmlnodes import Atom, Inline, Node, Term, escape_text
 
 _MARK = re.compile(r"\[\s*(\d{1,6})\s*\]")  # a placeholder as the model may give it back: [3], [ 3 ]
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not the no-break space)
 _SPACES = re.compile(r"[ \t\n\r\f]+")
-_LAST_WORD = re.compile(r"(\S+?)[.,;:!?…)\]\"'»”’]*\s*$")
-_FIRST_WORD = re.compile(r"\s*\S+")
+_NON_SPACE = re.compile(r"\S+")
 _WORD = re.compile(r"\w+(?:[-'’.]\w+)*")  # a word of a translation, for placing what the model lost
 _ENDS_SENTENCE = re.compile(r"[\s.!?…]")  # what could end a sentence inside a term: hidden from segmentation
 _WORDY = re.compile(r"\w")
-
-
-def escape_text(text: str) -> str:
-    """Text as HTML serializes it: ``&``, ``<``, ``>`` and the no-break space escaped."""
-    return text.replace("&", "&amp;").replace("\u00a0", "&nbsp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def escape_attribute(value: str) -> str:
-    """An attribute value for inside double quotes."""
-    return escape_text(value).replace('"', "&quot;")
-
-
-@dataclass(frozen=True)
-class AttrSlot:
-    """A translated attribute value (``title``, ``alt``, ...): the index of its translation among the document's."""
-
-    index: int
-
-
-@dataclass(frozen=True)
-class Tag:
-    """An element's start and end tags; attribute values are kept as sent, or translated (``AttrSlot``)."""
-
-    name: str
-    attrs: tuple[tuple[str, str | AttrSlot], ...] = ()
-    void: bool = False  # no end tag (<img>, <br>, ...)
-
-    def start(self, values: Sequence[str]) -> str:
-        """The start tag, with translated attributes taken from ``values``."""
-        parts = [self.name]
-        for name, value in self.attrs:
-            text = values[value.index] if isinstance(value, AttrSlot) else value
-            parts.append(f'{name}="{escape_attribute(text)}"')
-        return "<" + " ".join(parts) + ">"
-
-    def end(self) -> str:
-        """The end tag (nothing for a void element)."""
-        return "" if self.void else f"</{self.name}>"
-
-
-@dataclass(eq=False)
-class Atom:
-    """Markup kept as it is inside a sentence: verbatim HTML, or a void element's tag (its attributes translated)."""
-
-    markup: str | Tag
-    silent: bool = False  # invisible (comment, script, <wbr>): not sent to the model
-    hard_break: bool = False  # <br>: ends the sentence
-
-    def render(self, values: Sequence[str]) -> str:
-        return self.markup.start(values) if isinstance(self.markup, Tag) else self.markup
-
-
-@dataclass(eq=False)
-class Inline:
-    """An inline element translated as part of its sentence."""
-
-    tag: Tag
-    children: list[Node] = field(default_factory=list)
-
-
-@dataclass(eq=False)
-class Term:
-    """A glossary term found in the text: one placeholder for the model, ``target`` in the translation (the term to
-    use, or the source term as found to keep it)."""
-
-    source: str
-    target: str
-
-
-Node = Inline | Atom | Term | str
 
 
 @dataclass
@@ -181,6 +112,7 @@ class Unit:
         self.marks: list[_Mark] = []
         _flatten(nodes, text, self.marks, 0)
         self.text = "".join(text)
+        self._offsets = [m.offset for m in self.marks]  # in order: marks are found by bisection, never scanned
         self._index: dict[tuple[int, str], int] = {(id(m.node), m.kind): i for i, m in enumerate(self.marks)}
         self._sentences = [self._sentence(s, e) for s, e in self._spans()]
         self.sentences = tuple(s.text for s in self._sentences if not s.fixed)
@@ -203,10 +135,11 @@ class Unit:
         return spans
 
     def _sentence(self, start: int, end: int) -> _Sentence:
-        inside = [
+        marks = self.marks
+        inside = [  # markup strictly inside (the invisible kept out), terms from the start on
             i
-            for i, m in enumerate(self.marks)
-            if (start < m.offset < end and not _silent(m)) or (m.kind == "term" and start <= m.offset < end)
+            for i in range(bisect_left(self._offsets, start), bisect_left(self._offsets, end))
+            if marks[i].kind == "term" or (start < marks[i].offset and not _silent(marks[i]))
         ]
         source = self.text[start:end]
         literal = {int(n) for n in _MARK.findall(source)}
@@ -236,20 +169,17 @@ class Unit:
         size = order = 0
         gaps = [*(s.start for s in self._sentences), len(self.text)]
         ends = [0, *(s.end for s in self._sentences)]
-        by_offset = sorted(range(len(self.marks)), key=lambda i: (self.marks[i].offset, i))
+        offsets = self._offsets
         for k, (lo, hi) in enumerate(zip(ends, gaps, strict=True)):
             # the text between sentences (and the marks there, and the invisible ones inside the sentence before)
-            hidden = []
             if k:
                 prev = self._sentences[k - 1]
-                hidden = [
-                    i for i in by_offset if prev.start < self.marks[i].offset < prev.end and _silent(self.marks[i])
-                ]
-            for i in hidden:
-                keys[i] = (size, order)
-                order += 1
-            for i in by_offset:
-                if lo <= self.marks[i].offset <= hi and i not in keys and self.marks[i].kind != "term":
+                for i in range(bisect_right(offsets, prev.start), bisect_left(offsets, prev.end)):
+                    if _silent(self.marks[i]):
+                        keys[i] = (size, order)
+                        order += 1
+            for i in range(bisect_left(offsets, lo), bisect_right(offsets, hi)):
+                if i not in keys and self.marks[i].kind != "term":
                     keys[i] = (size + self.marks[i].offset - lo, order)
                     order += 1
             target.append(self.text[lo:hi])
@@ -269,7 +199,7 @@ class Unit:
 
     def _restore(self, sentence: _Sentence, translation: str) -> tuple[str, dict[int, int]]:
         """The translation without placeholders, and where each of the sentence's marks goes in it."""
-        pieces, kept = [], []  # the text around each placeholder; the mark each one places (None: drop it)
+        pieces, kept, seen = [], [], set()  # the text around each placeholder; the mark each one places (None: drop)
         at = 0
         for match in _MARK.finditer(translation):
             number = int(match.group(1))
@@ -277,23 +207,30 @@ class Unit:
                 continue  # the sentence's own "[n]" text
             mark = sentence.ids.get(number)
             pieces.append(translation[at : match.start()])
-            kept.append(None if mark is None or mark in kept else mark)
+            kept.append(None if mark is None or mark in seen else mark)
+            seen.add(mark)
             at = match.end()
         pieces.append(translation[at:])
-        text = pieces[0]
-        positions: dict[int, int] = {}  # mark -> its offset in text
+        out = list(pieces[0])  # the text so far, one character an item: trimmed at its end in place
+        positions: dict[int, int] = {}  # mark -> its offset in the text
+        top = 0  # the last position given: never trimmed past
         for mark, tail in zip(kept, pieces[1:], strict=True):
             if mark is None:  # repeated or invented: drop it, and one of the spaces around it
-                text += tail.lstrip() if text[-1:].isspace() else tail
+                out += tail.lstrip() if out and out[-1].isspace() else tail
                 continue
             m = self.marks[mark]
             term = m.kind == "term"  # a word: never glued to another word
-            if m.offset and not self.text[m.offset - 1].isspace() and not (term and _WORDY.match(text.rstrip()[-1:])):
-                text = text[: max(len(text.rstrip()), max(positions.values(), default=0))]  # none here either
+            last = next((c for c in reversed(out) if not c.isspace()), "") if term else ""
+            if m.offset and not self.text[m.offset - 1].isspace() and not (term and _WORDY.match(last)):
+                end = len(out)
+                while end > top and out[end - 1].isspace():  # none here either
+                    end -= 1
+                del out[end:]
             if m.end < len(self.text) and not self.text[m.end].isspace() and not (term and _WORDY.match(tail.lstrip())):
                 tail = tail.lstrip()
-            positions[mark] = len(text)
-            text += (m.node.target if isinstance(m.node, Term) else "") + tail
+            positions[mark] = top = len(out)
+            out += (m.node.target if isinstance(m.node, Term) else "") + tail
+        text = "".join(out)
         stripped = text.lstrip()
         lead = len(text) - len(stripped)
         stripped = stripped.rstrip()
@@ -305,37 +242,43 @@ class Unit:
         back an end tag it put before its start tag."""
         ids = set(sentence.ids.values())
         lost = [i for i in sorted(ids) if i not in positions]
-        for i in lost:  # atoms and terms first: putting them in may add text
-            if self.marks[i].kind in ("atom", "term"):
-                text = self._put(i, sentence, text, positions)
-        for i in lost:
+        text = self._put([i for i in lost if self.marks[i].kind in ("atom", "term")], sentence, text, positions)
+        tags = [i for i in lost if self.marks[i].kind in ("open", "close")]
+        if tags:  # what placing them looks up (the text no longer changes): its words, its runs of non-space
+            lower, words = text.lower(), [w.span() for w in _WORD.finditer(text)]
+            middles = [(start + end) / 2 for start, end in words]
+            runs = [run.span() for run in _NON_SPACE.finditer(text)]
+            starts, ends = [start for start, _ in runs], [end for _, end in runs]
+        for i in tags:
             mark = self.marks[i]
             if mark.kind == "open":
                 close = self._index[(id(mark.node), "close")]
                 own = _SPACES.sub(" ", _target_text(getattr(mark.node, "children", ()))).strip()
                 if close in ids and close not in positions:  # both lost: around its own text if the model kept it
-                    at = _find(text, own)
-                    span = (at, at + len(own)) if at >= 0 else self._mapped(sentence, text, mark, close)
+                    at = _find(text, lower, own)
+                    span = (at, at + len(own)) if at >= 0 else self._mapped(sentence, text, words, middles, mark)
                     positions[i], positions[close] = span
                 else:  # before the last word ahead of its end tag (or of the sentence's end)
                     limit = positions.get(close, len(text))
-                    found = _LAST_WORD.search(text[:limit])
-                    positions[i] = found.start() if found else limit
-        for i in lost:
-            mark = self.marks[i]
-            if mark.kind == "close" and i not in positions:  # after the first word behind its start tag
-                start = positions.get(self._index[(id(mark.node), "open")], 0)
-                found = _FIRST_WORD.match(text, start)
-                positions[i] = found.end() if found else len(text)
-        terms = [(p, p + len(n.target)) for j, p in positions.items() if isinstance(n := self.marks[j].node, Term)]
-        for i, (start, end) in ((i, t) for i in lost if self.marks[i].kind in ("open", "close") for t in terms):
-            if start < positions[i] < end:  # a tag put back never splits a term's words
-                positions[i] = end if self.marks[i].kind == "close" else start
+                    k = bisect_left(starts, limit) - 1
+                    positions[i] = starts[k] if k >= 0 else limit
+        for i in tags:
+            if self.marks[i].kind == "close" and i not in positions:  # after the first word behind its start tag
+                k = bisect_right(ends, positions.get(self._index[(id(self.marks[i].node), "open")], 0))
+                positions[i] = ends[k] if k < len(ends) else len(text)
+        terms = sorted(
+            (p, p + len(n.target)) for j, p in positions.items() if isinstance(n := self.marks[j].node, Term)
+        )
+        for i in tags:
+            k = bisect_left(terms, (positions[i], -1)) - 1  # the last term that starts before it
+            if k >= 0 and positions[i] < terms[k][1]:  # a tag put back never splits a term's words
+                positions[i] = terms[k][1] if self.marks[i].kind == "close" else terms[k][0]
         swaps = {}
-        for i in ids - set(lost):
+        kept = ids - set(lost)
+        for i in kept:
             mark = self.marks[i]
             close = self._index[(id(mark.node), "close")] if mark.kind == "open" else -1
-            if close in ids and close not in lost and positions[close] < positions[i]:
+            if close in kept and positions[close] < positions[i]:
                 swaps[i], swaps[close] = close, i
         if swaps:  # each takes the other's place (and order)
             placed = list(positions.items())
@@ -347,33 +290,56 @@ class Unit:
         """Where ``offset`` of the source sentence falls in ``text``, in proportion to the lengths."""
         return (offset - sentence.start) / max(sentence.end - sentence.start, 1) * len(text)
 
-    def _mapped(self, sentence: _Sentence, text: str, mark: _Mark, close: int) -> tuple[int, int]:
-        """Where a lost pair goes when its own text is not in the translation: around the words whose middle falls
-        where its source span maps (the word nearest to it when none does), so it never comes back empty."""
-        lo, hi = self._scale(sentence, text, mark.offset), self._scale(sentence, text, self.marks[close].offset)
-        words = [(w.start(), w.end()) for w in _WORD.finditer(text)]
-        inside = [w for w in words if lo <= (w[0] + w[1]) / 2 < hi]
-        inside = inside or sorted(words, key=lambda w: abs(w[0] + w[1] - lo - hi))[:1]
+    def _mapped(
+        self, sentence: _Sentence, text: str, words: list[tuple[int, int]], middles: list[float], mark: _Mark
+    ) -> tuple[int, int]:
+        """Where a lost pair goes when its own text is not in the translation: around the ``words`` whose middle
+        falls where its source span maps (the word nearest to it when none does), so it never comes back empty."""
+        close = self.marks[self._index[(id(mark.node), "close")]]
+        lo, hi = self._scale(sentence, text, mark.offset), self._scale(sentence, text, close.offset)
+        inside = words[bisect_left(middles, lo) : bisect_left(middles, hi)]
+        if not inside:  # the nearest is just before or after the middle
+            k = bisect_left(middles, (lo + hi) / 2)
+            inside = sorted(words[max(k - 1, 0) : k + 1], key=lambda w: abs(w[0] + w[1] - lo - hi))[:1]
         return (inside[0][0], inside[-1][1]) if inside else (len(text), len(text))
 
-    def _put(self, i: int, sentence: _Sentence, text: str, positions: dict[int, int]) -> str:
-        """Put a lost atom or term where its source offset maps: after the nearest word's end (before the final
-        punctuation), with a space when the source had one before it; at the start when nothing came before it."""
-        mark = self.marks[i]
-        piece = mark.node.target if isinstance(mark.node, Term) else ""
-        spaced = bool(piece) or self.text[mark.offset - 1].isspace()  # (a lost atom is never first in the unit)
+    def _put(self, lost: list[int], sentence: _Sentence, text: str, positions: dict[int, int]) -> str:
+        """Put lost atoms and terms where their source offsets map: after the nearest word's end (before the final
+        punctuation), with a space when the source had one before it; at the start when no word came before it.
+        All are placed on the translation as it came back, then put in at once (in source order where they meet)."""
+        if not lost:
+            return text
         ends = [w.end() for w in _WORD.finditer(text)]
-        if not ends or not re.search(r"\w", self.text[sentence.start : mark.offset]):
-            at, before, after = 0, "", " " if isinstance(mark.node, Term) and text[:1].strip() else ""
-        else:
+        first = re.search(r"\w", self.text[sentence.start : sentence.end])
+        words_from = sentence.start + first.start() if first else sentence.end  # where the source's words start
+        places = []  # (where, source order, space before, the mark)
+        for k, i in enumerate(lost):
+            mark = self.marks[i]
+            if not ends or mark.offset <= words_from:
+                places.append((0, k, "", i))
+                continue
             x = self._scale(sentence, text, mark.offset)
-            at, before, after = min(ends, key=lambda e: abs(e - x)), " " if spaced else "", ""
-        insert = before + piece + after
-        for j, p in positions.items():
-            if p > at:
-                positions[j] = p + len(insert)
-        positions[i] = at + len(before)
-        return text[:at] + insert + text[at:]
+            n = min(bisect_left(ends, x), len(ends) - 1)  # the nearest word end (the one before on a tie)
+            at = ends[n - 1] if n and x - ends[n - 1] <= abs(ends[n] - x) else ends[n]
+            spaced = isinstance(mark.node, Term) or self.text[mark.offset - 1].isspace()
+            places.append((at, k, " " if spaced else "", i))
+        places.sort()
+        inserts, follow = {}, text[:1]
+        for at, _, before, i in reversed(places):  # at the start, a term is spaced from what follows it
+            node = self.marks[i].node
+            after = " " if not at and isinstance(node, Term) and follow.strip() else ""
+            inserts[i] = before + (node.target if isinstance(node, Term) else "") + after
+            follow = follow if at else (inserts[i] or follow)[:1]
+        out, added, new, prev = [], [0], {}, 0  # the new text; what was put in before each place; the marks put in
+        for at, _, before, i in places:
+            out += [text[prev:at], inserts[i]]
+            new[i], prev = at + added[-1] + len(before), at
+            added.append(added[-1] + len(inserts[i]))
+        ats = [place[0] for place in places]
+        for j, p in positions.items():  # a mark where one is put in stays before it
+            positions[j] = p + added[bisect_left(ats, p)]
+        positions.update(new)
+        return "".join([*out, text[prev:]])
 
     def _tidy(self, full: str, keys: dict[int, tuple[int, int]]) -> None:
         """Tags hug their text as in the source: no space moved inside an element that had none at its edges."""
@@ -382,8 +348,8 @@ class Unit:
                 continue
             close = self._index[(id(mark.node), "close")]
             (start, s_order), (end, e_order) = keys[i], keys[close]
-            inner = self.text[mark.offset : self.marks[close].offset]
-            if inner[:1].isspace() or inner[-1:].isspace():
+            lo, hi = mark.offset, self.marks[close].offset
+            if lo < hi and (self.text[lo].isspace() or self.text[hi - 1].isspace()):
                 continue
             while start < end and full[start].isspace():
                 start += 1
@@ -392,12 +358,12 @@ class Unit:
             keys[i], keys[close] = (start, s_order), (end, e_order)
 
 
-def _find(text: str, words: str) -> int:
-    """Where ``words`` first occur in ``text``, ignoring case where that keeps offsets; -1 when absent or empty."""
+def _find(text: str, lower: str, words: str) -> int:
+    """Where ``words`` first occur in ``text`` (``lower``: lower-cased), ignoring case where that keeps offsets; -1
+    when absent or empty."""
     if not words:
         return -1
     at = text.find(words)
-    lower = text.lower()
     if at < 0 and len(lower) == len(text) and len(words.lower()) == len(words):
         at = lower.find(words.lower())
     return at

@@ -10,15 +10,17 @@ link's text is translated, its ``](url)`` kept), so a lost or moved placeholder 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
-from transduce.service.htmlunits import Atom, Inline, Node, Tag, Unit
+from transduce.service.htmlnodes import Atom, Inline, Node, Tag
+from transduce.service.htmlunits import Unit
 
 _QUOTE = re.compile(r"(?: {0,3}>[ \t]?)*")
 _FENCE = re.compile(r"\s*(`{3,}|~{3,})")
 _THEMATIC = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _SETEXT = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
-_ATX = re.compile(r"( {0,3}#{1,6}[ \t]+)(.*?)((?:[ \t]+#+)?[ \t]*)$")
+_ATX = re.compile(r" {0,3}#{1,6}[ \t]+")  # an ATX heading's marker (its text and closing: _heading)
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)(?:\[[ xX]\][ \t]+)?")
 _LINK_DEF = re.compile(r" {0,3}\[[^\]]+\]:[ \t]*\S")
 _TABLE_RULE = re.compile(r" {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
@@ -36,10 +38,10 @@ _HTML_LINE = re.compile(r" {0,3}(?:<[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|</[A-Za-z][\w
 _HTML_ENDS = {"<script": "</script>", "<pre": "</pre>", "<style": "</style>", "<textarea": "</textarea>"}
 _HTML_ENDS |= {"<!--": "-->", "<?": "?>", "<![cdata[": "]]>", "<!": ">"}  # how an HTML block ends (else: a blank line)
 # inline pieces that never reach the model: escapes (text, except \|), hard breaks, code spans, autolinks, HTML,
-# images, footnote references, bare URLs
+# images, footnote references, bare URLs (a code span or comment only opens here: _kept_spans finds where it closes)
 _KEPT = re.compile(
-    r"(?P<esc>\\[!-/:-@\[-`{-~])|\n|(?<!`)(?P<ticks>`+)(?!`).+?(?<!`)(?P=ticks)(?!`)"
-    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>|<[\w.+-]+@[\w-]+(?:\.[\w-]+)+>|<!--.*?-->"
+    r"(?P<esc>\\[!-/:-@\[-`{-~])|\n|(?<!`)(?P<ticks>`+)"
+    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>|<[\w.+-]+@[\w-]+(?:\.[\w-]+)+>|(?P<comment><!--)"
     r"|</?[A-Za-z][A-Za-z0-9-]*(?:\s+[A-Za-z_:][\w.:-]*(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*\s*/?>"
     r"|!\[(?:[^\[\]\\]|\\.)*\](?:\((?:<[^<>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)"
     r"|\[[^\[\]]*\])|\[\^[^\]\s]+\]|(?:https?://|www\.)[^\s<>]*[^\s<>.,;:!?'\")\]*_~]",
@@ -54,6 +56,50 @@ _MASK = "\ue000"  # stands for a kept piece while links are looked for, so none 
 _SENTINEL = re.compile(r"(</?[klb]\d+>)|&(amp|lt|gt|nbsp);")  # Unit.render's markup for our pieces, its escapes
 _ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "nbsp": "\u00a0"}
 _STARTS_BLOCK = re.compile(r"(?:[-+*]|#{1,6}|\d{1,9}[.)]|=+|-+)(?:\s|$)|>|`{3}|~{3}|\|")  # at a line's start
+
+
+def _kept_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``_KEPT``'s pieces are, left to right (escapes other than ``\\|`` left out). A code span (a run of N
+    backticks up to the next run of exactly N) and a comment (up to the next ``-->``) are closed by looking the closing
+    up, never by scanning the rest of the text again for each opening: the time grows with the text's length."""
+    runs: dict[int, list[int]] = {}  # backtick runs by length: where each starts
+    for run in re.finditer("`+", text):
+        runs.setdefault(run.end() - run.start(), []).append(run.start())
+    spans: list[tuple[int, int]] = []
+    at, closing = 0, 0  # where to look on; the next "-->" (-1: none left)
+    while (found := _KEPT.search(text, at)) is not None:
+        start, end = found.span()
+        if found.group("ticks"):
+            same = runs[end - start]
+            k = bisect_right(same, start)
+            if k == len(same):  # never closed: the backticks are text
+                at = end
+                continue
+            end = same[k] + end - start
+        elif found.group("comment"):
+            if 0 <= closing < end:
+                closing = text.find("-->", end)
+            if closing < 0:  # never closed: text
+                at = start + 1
+                continue
+            end = closing + 3
+        if not found.group("esc") or found.group() == "\\|":
+            spans.append((start, end))
+        at = end
+    return spans
+
+
+def _heading(line: str) -> tuple[str, str, str] | None:
+    """An ATX heading's marker, text, and closing #s with the trailing whitespace; None when it is not one."""
+    marker = _ATX.match(line)
+    if marker is None:
+        return None
+    body = line[marker.end() :]
+    text = body.rstrip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and bare[-1:] in (" ", "\t"):  # a closing sequence: #s after a space
+        text = bare.rstrip(" \t")
+    return marker.group(), text, body[len(text) :]
 
 
 def unescape(text: str, kept: dict[str, str]) -> str:
@@ -81,7 +127,7 @@ class MarkdownText:
     ) -> None:
         self.kept: dict[str, str] = {}
         self.first, self.rest, self.width, self.kind = first, rest, width, kind
-        atoms = [(m.start(), m.end()) for m in _KEPT.finditer(text) if not m.group("esc") or m.group() == "\\|"]
+        atoms = _kept_spans(text)
         chars = list(text)
         for start, end in atoms:
             chars[start:end] = _MASK * (end - start)
@@ -96,7 +142,7 @@ class MarkdownText:
         for span in spans:
             if not top or span[0] >= top[-1][1]:
                 top.append(span)
-        self.text, self.atoms, self.breaks = text, atoms, breaks
+        self.text, self.atoms, self.breaks = text, sorted(atoms), breaks
         self.links = {s: (ts, te) for s, ts, te, _ in links}
         self.unit = Unit(self._nodes(0, len(text), top))
 
@@ -121,7 +167,11 @@ class MarkdownText:
             else:
                 ts, te = inner
                 name = self._tag("l", text[start:ts], text[te:end].replace("\n", " "))
-                inside = [a for a in self.atoms if ts <= a[0] and a[1] <= te]
+                inside, k = [], bisect_left(self.atoms, (ts, ts))  # the kept pieces in the link's text
+                while k < len(self.atoms) and self.atoms[k][0] < te:
+                    if self.atoms[k][1] <= te:
+                        inside.append(self.atoms[k])
+                    k += 1
                 nodes.append(Inline(Tag(name), self._nodes(ts, te, inside, links=False)))
             at = end
         if at < hi:
@@ -134,14 +184,17 @@ class MarkdownText:
         for k in range(0, len(parts), 2):
             chunk = re.sub(r"(?<!\\)\|", r"\\|", parts[k]) if self.kind == "cell" else parts[k]
             words = [unescape(word, self.kept) for word in chunk.split(" ") if word]
-            wrapped: list[str] = []
+            rows: list[list[str]] = []  # the words of each line
+            size = 0  # the last line's length
             for word in words:  # a word that would open a block at a line's start stays on the line before
-                fits = wrapped and len(self.rest) + len(wrapped[-1]) + 1 + len(word) <= self.width
-                if wrapped and (not self.width or fits or _STARTS_BLOCK.match(word) or word.startswith("<")):
-                    wrapped[-1] += " " + word
+                fits = rows and len(self.rest) + size + 1 + len(word) <= self.width
+                if rows and (not self.width or fits or _STARTS_BLOCK.match(word) or word.startswith("<")):
+                    rows[-1].append(word)
+                    size += 1 + len(word)
                 else:
-                    wrapped.append(word)
-            wrapped = wrapped or [""]
+                    rows.append([word])
+                    size = len(word)
+            wrapped = [" ".join(row) for row in rows] or [""]
             if self.kind == "para":
                 wrapped[0] = _escape_start(wrapped[0])
             if k:
@@ -205,7 +258,7 @@ class Markdown:
                 self.flush()  # a deeper quote starts a block of its own
             if rest.strip() and not self.para and indent < self.list_indent:
                 self.list_indent = 0  # the list ended
-            fenced, heading, item = _FENCE.match(rest), _ATX.match(rest), _LIST_ITEM.match(rest)
+            fenced, heading, item = _FENCE.match(rest), _heading(rest), _LIST_ITEM.match(rest)
             if not rest.strip():
                 self.literal(line)
             elif fenced:
@@ -221,11 +274,9 @@ class Markdown:
                 low = rest.lower().lstrip()
                 end = next((e for s, e in _HTML_ENDS.items() if low.startswith(s)), "")
                 html = None if end and end in low[2:] else end
-            elif heading and heading.group(2).strip():
+            elif heading and heading[1].strip():
                 self.flush()
-                self.rows.append(
-                    [quote + heading.group(1), MarkdownText(heading.group(2), {}, kind="heading"), heading.group(3)]
-                )
+                self.rows.append([quote + heading[0], MarkdownText(heading[1], {}, kind="heading"), heading[2]])
             elif "|" in rest and i < len(lines) and "|" in lines[i] and _TABLE_RULE.match(lines[i][len(quote) :]):
                 self.flush()
                 self.rows += [self.row(quote, rest), [lines[i]]]

@@ -2,11 +2,13 @@
 
 The upload is counted while it is read: beyond ``max_file_bytes`` (plus ``FORM_ALLOWANCE`` for the form's other
 fields and its multipart framing) it is a 413 before the rest is read, and it must arrive within
-``request_read_timeout_s`` (408). The file's units (lines, sentences) go through the same validation and queue as
-POST /translate, in requests that fit the request limits, under one deadline for the whole file
+``request_read_timeout_s`` (408). A file of far more text than ``max_file_chars``, or a .docx that would unpack too
+far, is a 413 before it is parsed (``documents.read_document``). The file's units (lines, sentences) go through the
+same validation and queue as POST /translate, in requests that fit the request limits (``max_queue_items`` too),
+under one deadline for the whole file
 (``request_timeout_s``), and are dropped if the client hangs up; the language is detected once, on the file's text,
 under ``source: "auto"``. The request is recorded in /latency and /metrics as a /translate is. The rebuilt file waits
-for ``file_ttl_s`` seconds under a random id.
+for ``file_ttl_s`` seconds under a random id (its name made safe and cut short: ``filestore.safe_name``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from transduce.engine.text import segment, split_long
 from transduce.service.config import Settings
 from transduce.service.deps import StateDep, check_api_key, get_pipeline
 from transduce.service.detect import MAX_DETECT_CHARS, get_detector
-from transduce.service.documents import MEDIA_TYPES, Document, read_document
+from transduce.service.documents import MEDIA_TYPES, Document, read_document, too_many_chars
 from transduce.service.errors import ApiError
 from transduce.service.observability import RequestTiming
 from transduce.service.routers.translate import until_disconnect
@@ -50,65 +52,84 @@ class FileTranslation(BaseModel):
     detectedLanguage: DetectedLanguage | None = None  # noqa: N815 - under source=auto, as POST /translate answers
 
 
-def _pieces(units: list[str], limit: int, fits: Callable[[str], bool]) -> list[tuple[int, str]]:
-    """(unit index, text) pieces of at most ``limit`` characters whose sentences each ``fits`` (the token limit): a
-    longer unit is cut between its sentences, and a sentence that does not fit is cut at clause marks or spaces into
-    pieces of its own (``split_long``: a file never fails on one long sentence, and nothing is dropped). Each piece
-    keeps the whitespace after it, so the translated pieces join back with the same spacing."""
-    pieces: list[tuple[int, str]] = []
-    for index, unit in enumerate(units):
-        item = segment(unit)
-        if len(unit) <= limit and all(fits(sentence) for sentence in item.sentences):
-            pieces.append((index, unit))
-            continue
-        part = item_leading(unit)
-        for sentence, sep in zip(item.sentences, item.separators, strict=True):
-            short = split_long(sentence, lambda text: len(text) <= limit and fits(text))
-            if len(short) > 1:  # each part alone: together they would be one over-long sentence again
-                if part.strip():
-                    pieces.append((index, part))
-                pieces += [(index, text) for text in short[:-1]]
-                part = ""
-            if part.strip() and len(part) + len(short[-1]) + len(sep) > limit:
-                pieces.append((index, part))
-                part = ""
-            part += short[-1] + sep
-        pieces.append((index, part))
-    return pieces
+def _pieces(
+    units: list[str], limit: int, fits: Callable[[str], bool], max_sentences: int
+) -> list[tuple[int, str, int]]:
+    """(unit index, text, sentences) pieces of at most ``limit`` characters and ``max_sentences`` sentences whose
+    sentences each ``fits`` (the token limit): a longer unit is cut between its sentences, and a sentence that does
+    not fit is cut at clause marks or spaces into pieces of its own (``split_long``: a file never fails on one long
+    sentence, and nothing is dropped). Each piece keeps the whitespace after it, so the translated pieces join back
+    with the same spacing; whitespace beyond the limit goes on in pieces of its own (blank: sent back as they are)."""
+    return [
+        (index, text, n)
+        for index, unit in enumerate(units)
+        for text, n in _unit_pieces(unit, limit, fits, max_sentences)
+    ]
 
 
-def item_leading(text: str) -> str:
-    """The whitespace a text starts with."""
-    return text[: len(text) - len(text.lstrip())]
+def _unit_pieces(unit: str, limit: int, fits: Callable[[str], bool], max_sentences: int) -> list[tuple[str, int]]:
+    """One unit's pieces (see ``_pieces``) and the sentences in each."""
+    item = segment(unit)
+    if len(unit) <= limit and len(item.sentences) <= max_sentences and all(map(fits, item.sentences)):
+        return [(unit, len(item.sentences))]
+    pieces: list[tuple[str, int]] = []
+    part, count, alone = "", 0, False  # the piece so far, its sentences, whether nothing may join it
+
+    def add(text: str, after: str, cut: bool, last: bool) -> None:  # a sentence or a part of one (cut), and the
+        nonlocal part, count, alone  # whitespace after it: onto this piece if both fit, else onto the next
+        full = len(part) + len(text) + len(after) > limit or count >= max_sentences
+        if part and (full or (part.strip() and (cut or alone))):  # a part starts a piece; all but the last, alone
+            pieces.append((part, count))
+            part, count = "", 0
+        part, count, alone = part + text, count + 1, cut and not last
+        space(after)
+
+    def space(text: str) -> None:  # whitespace: as much as fits onto this piece, the rest in blank pieces
+        nonlocal part, count, alone
+        while len(part) + len(text) > limit:
+            room = limit - len(part)
+            pieces.append((part + text[:room], count))
+            part, count, alone, text = "", 0, False, text[room:]
+        part += text
+
+    space(item.leading)
+    for sentence, separator in zip(item.sentences, item.separators, strict=True):
+        short = split_long(sentence, lambda text: len(text) <= limit and fits(text))
+        for k, text in enumerate(short):
+            body, last = text.rstrip(), k == len(short) - 1
+            add(body, text[len(body) :] + (separator if last else ""), len(short) > 1, last)
+    return [*pieces, (part, count)] if part else pieces
 
 
 async def translate_units(
     units: list[str], source: str, target: str, state: AppState, started: float
 ) -> tuple[list[str], RequestTiming]:
     """Every unit translated from ``source`` (a language, not ``auto``) through validation and the queue, in order,
-    in requests within max_items/max_chars, all under the deadline ``started + request_timeout_s``; with the
-    queue and engine time summed over those requests."""
+    in requests within max_items/max_chars/max_queue_items, all under the deadline ``started + request_timeout_s``;
+    with the queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
-    count = pipeline.translator.count_tokens
-    pieces = _pieces(units, settings.max_chars, lambda text: count(text) <= settings.max_sentence_tokens)
+    count, most = pipeline.translator.count_tokens, settings.max_queue_items
+    pieces = _pieces(units, settings.max_chars, lambda text: count(text) <= settings.max_sentence_tokens, most)
     out = [""] * len(units)
     queue_ms = inference_ms = 0.0
     start = 0
     while start < len(pieces):
-        end, size = start, 0
+        end, size, sentences = start, 0, 0
         while (
-            end < len(pieces) and end - start < settings.max_items and size + len(pieces[end][1]) <= settings.max_chars
+            end < len(pieces)
+            and end - start < settings.max_items
+            and size + len(pieces[end][1]) <= settings.max_chars
+            and sentences + pieces[end][2] <= most
         ):
-            size += len(pieces[end][1])
-            end += 1
-        end = max(end, start + 1)  # a piece alone over max_chars is refused by validation with its 413
-        request = TranslateRequest(q=[text for _, text in pieces[start:end]], source=source, target=target)
+            size, sentences, end = size + len(pieces[end][1]), sentences + pieces[end][2], end + 1
+        end = max(end, start + 1)  # (every piece is within the limits alone)
+        request = TranslateRequest(q=[text for _, text, _ in pieces[start:end]], source=source, target=target)
         job = validate_request(request, settings, pipeline.translator)
         sent = time.monotonic()
         results, timing = await pipeline.translate(job, started=started)  # the file's deadline, not the chunk's
         queue_ms += max(0.0, timing.queue_ms - (sent - started) * 1000)
         inference_ms += timing.inference_ms
-        for (index, _), result in zip(pieces[start:end], results, strict=True):
+        for (index, _, _), result in zip(pieces[start:end], results, strict=True):
             out[index] += result.text
         start = end
     return out, RequestTiming((time.monotonic() - started) * 1000, queue_ms, inference_ms)
@@ -205,14 +226,12 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     if not isinstance(source, str) or not isinstance(target, str) or not source or not target:
         raise ApiError(422, "source and target: name both languages (source may be 'auto')")
     name = upload.filename
-    document = await asyncio.to_thread(read_document, name, data)
+    document = await asyncio.to_thread(  # too much text, or a .docx unpacking too far: refused before it is parsed
+        read_document, name, data, max_chars=settings.max_file_chars, max_bytes=settings.max_file_bytes
+    )
     chars = sum(len(u) for u in document.units)
     if chars > settings.max_file_chars:
-        raise ApiError(
-            413,
-            f"{name} has {chars} characters of text, over the limit of {settings.max_file_chars} (max_file_chars): "
-            "split it",
-        )
+        raise too_many_chars(name, chars, settings.max_file_chars)
     detected = await source_language(document, source, target, state)
     request.state.sizes = {"n_items": len(document.units), "n_chars": chars}
     state.metrics.characters.inc(chars)

@@ -1,0 +1,171 @@
+"""POST /translate_file with big and hostile files: linear-time parsing, decompression limits, long names, whitespace
+runs and queue limits (the fake translator reverses and upper-cases the words of each sentence)."""
+
+from __future__ import annotations
+
+import gc
+import io
+import time
+from pathlib import Path
+
+import docx
+import pytest
+
+from tests.service.harness import FakeTranslator, serve
+from tests.service.test_files import fetch, make_docx, upload
+from transduce.service.documents import read_document
+from transduce.service.errors import ApiError
+from transduce.service.filestore import FileStore
+from transduce.service.routers.files import _pieces
+
+pytestmark = pytest.mark.anyio
+
+# --- big and hostile files -----------------------------------------------------------------------------------------
+
+
+def parse_and_rebuild_s(name: str, text: str) -> float:
+    """Seconds to read ``text`` as the file ``name`` and rebuild it from its own units: the best of two runs, with
+    the garbage collector off (its passes over every live object would blur how the time grows)."""
+    best = float("inf")
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):
+            started = time.perf_counter()
+            doc = read_document(name, text.encode())
+            doc.rebuild(list(doc.units))
+            best = min(best, time.perf_counter() - started)
+    finally:
+        gc.enable()
+    return best
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [  # each once took seconds to minutes (work growing with the square of the paragraph), all under the GIL
+        ("marks.html", "<p>" + "<b>A</b>. " * 8000 + "</p>"),  # 80 kB: every mark scanned for every sentence
+        ("ticks.md", "Text " + " ".join("`" * n + "x" for n in range(1500, 0, -1)) + "\n"),  # unclosed code spans
+        ("comments.md", "Text " + "<!-- x " * 16_000 + "\n"),  # unclosed comments
+        ("heading.md", "# a" + " " * 40_000 + "b\n"),  # an ATX heading's closing #s looked for from every space
+        ("links.md", "[a](u) `c` " * 16_000 + "\n"),  # the code spans of every link's text looked for in all
+    ],
+)
+def test_big_markup_files_are_read_and_rebuilt_in_linear_time(name: str, text: str) -> None:
+    assert parse_and_rebuild_s(name, text) < 2.0
+    if name == "marks.html":  # twice the paragraph: about twice the time, not four times
+        half = parse_and_rebuild_s(name, "<p>" + "<b>A</b>. " * 4000 + "</p>")
+        assert parse_and_rebuild_s(name, text) < 3 * half + 0.05
+
+
+async def test_a_file_far_over_max_file_chars_is_refused_before_it_is_parsed() -> None:
+    markup = "<b></b>" * 1000  # 7,000 characters, none of them text: once parsed in full, then translated
+    async with serve(max_file_chars=2000) as (client, _):
+        r = await upload(client, "markup.html", markup.encode())
+        ok = await upload(client, "fits.html", ("<b></b>" * 500 + "Hi.").encode())  # under twice the limit
+    assert r.status_code == 413, r.text
+    assert (
+        r.json()["error"]
+        == "markup.html has 7000 characters of text, over the limit of 2000 (max_file_chars): split it"
+    )
+    assert ok.status_code == 200, ok.text
+    spaced = docx.Document()
+    spaced.add_paragraph("Wide" + " " * 5000 + "gap.")  # sent as "Wide gap.": once cut into sentences in full
+    out = io.BytesIO()
+    spaced.save(out)
+    with pytest.raises(ApiError, match=r"^wide.docx has 5008 characters of text, over the limit of 2000 \("):
+        read_document("wide.docx", out.getvalue(), max_chars=2000)
+
+
+def docx_with_body(xml: str, extra_files: int = 0) -> bytes:
+    """A .docx whose document body starts with ``xml``, with ``extra_files`` more (empty) files in its zip."""
+    import zipfile
+
+    base = zipfile.ZipFile(io.BytesIO(make_docx()))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for item in base.namelist():
+            part = base.read(item)
+            archive.writestr(
+                item, part.replace(b"<w:body>", b"<w:body>" + xml.encode()) if "document" in item else part
+            )
+        for k in range(extra_files):
+            archive.writestr(f"extra/{k}", b"")
+    return out.getvalue()
+
+
+async def test_a_docx_that_unpacks_too_far_is_refused_before_it_is_parsed() -> None:
+    text = "<w:p><w:r><w:t>" + "a" * 2000 + "</w:t></w:r></w:p>"
+    bomb = docx_with_body(text * 1500)  # 3 MB of XML in a 40 kB upload
+    assert len(bomb) < 60_000
+    async with serve(max_file_bytes=150_000) as (client, _):
+        r = await upload(client, "bomb.docx", bomb)
+        assert (r.status_code, list(r.json())) == (413, ["error"])
+        assert r.json()["error"].startswith("bomb.docx unpacks to ")
+        assert r.json()["error"].endswith(" bytes, over the limit of 3000000 (20 x max_file_bytes)")
+        r = await upload(client, "empty.docx", docx_with_body("<w:p/>" * 200_000))  # 2 MB: within that
+        assert r.status_code == 413, r.text
+        assert r.json()["error"] == "empty.docx has over 200000 XML elements, the limit for a .docx: split it"
+        assert (await upload(client, "letter.docx", make_docx())).status_code == 200  # a real one unpacks to 0.8 MB
+    with pytest.raises(ApiError) as refused:
+        read_document("many.docx", docx_with_body("", extra_files=5000), max_bytes=2_000_000)
+    assert (refused.value.status, refused.value.message) == (
+        413,
+        "many.docx holds 5017 files, over the limit of 5000 in a .docx",
+    )
+
+
+async def test_line_breaks_inside_a_docx_paragraph_are_kept() -> None:
+    document = docx.Document()
+    document.add_paragraph("Line one of the address,\nLine two.")  # a w:br between the lines
+    document.add_paragraph("Before ").add_run("the break\nafter it.").bold = True
+    out = io.BytesIO()
+    document.save(out)
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, "address.docx", out.getvalue()))
+    assert fake.translated[1:] == ["Line one of the address,", "Line two.", "Before the break", "after it."]
+    first, second = docx.Document(io.BytesIO(got.content)).paragraphs
+    assert first.text == "ADDRESS, THE OF ONE LINE\nTWO. LINE"
+    assert len(first._p.xpath(".//w:br")) == 1
+    assert second.text == "BREAK THE BEFORE\nIT. AFTER"
+
+
+async def test_a_long_file_name_is_cut_and_a_failed_save_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(files_dir=str(tmp_path)) as (client, _):
+        r = await upload(client, "x" * 250 + ".txt", b"Hello world.")  # once a 500: "File name too long"
+        got = await fetch(client, r)
+    assert r.json()["translatedFileUrl"].endswith("/" + "x" * 100 + ".de.txt")
+    assert got.text == "WORLD. HELLO"
+    store = FileStore(tmp_path / "store", ttl_s=60)
+
+    def full(self: Path, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.save("a.de.txt", b"data")
+    assert not list((tmp_path / "store").iterdir())  # no empty folder left behind
+
+
+async def test_a_long_run_of_whitespace_is_sent_in_pieces_within_max_chars() -> None:
+    line = "word " * 300 + " " * 6000 + "word " * 300  # a 6,005-character piece once failed the whole file
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, "spaced.txt", line.strip().encode()))
+    assert " " * 6000 in got.text and got.text.split() == ["WORD"] * 600
+    assert all(sum(map(len, call)) <= 5000 for call in fake.calls[1:])
+    units = [line.strip(), "A. B. " * 20 + " " * 30 + "C."]
+    pieces = _pieces(units, 100, lambda text: len(text.split()) <= 50, max_sentences=8)
+    assert ["".join(text for i, text, _ in pieces if i == k) for k in (0, 1)] == units  # nothing lost
+    assert all(len(text) <= 100 and n <= 8 for _, text, n in pieces)
+
+
+async def test_a_file_is_sent_in_requests_within_max_queue_items_sentences() -> None:
+    lines = ["A. B. C. D. E. F. G. H. I. J. K. L."] + ["One. Two. Three."] * 10
+    fake = FakeTranslator()
+    async with serve(fake, max_queue_items=8) as (client, _):
+        got = await fetch(client, await upload(client, "short.txt", "\n".join(lines).encode()))
+    assert got.text.split("\n") == [lines[0]] + ["ONE. TWO. THREE."] * 10
+    assert max(map(len, fake.calls[1:])) <= 8  # once a 413: "request has 12 sentences, over the limit of 8"
