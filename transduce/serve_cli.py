@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind the listening address now, so a port in use is reported before the model loads; OSError if it cannot."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on connections of a socket that says
+    # it is TCP; with proto 0 every keep-alive response waited ~40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts need no wait
         sock.bind((host, port))

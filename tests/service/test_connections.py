@@ -305,3 +305,15 @@ def test_fd_headroom_raises_the_soft_limit_or_lowers_the_cap(monkeypatch: pytest
     monkeypatch.setattr(resource, "setrlimit", setrlimit)
     assert connections.fd_headroom(300) == 300 and limits["soft"] == 300 + connections.RESERVED_FDS
     assert connections.fd_headroom(1000) == 512 - connections.RESERVED_FDS and limits["soft"] == 512
+
+
+def test_responses_are_not_held_back_by_nagles_algorithm() -> None:
+    """Accepted connections have TCP_NODELAY: asyncio sets it only when the listening socket says it is TCP
+    (IPPROTO_TCP), and without it a kept-alive client waited ~40 ms per response for its own delayed ACK."""
+    with serving(FakeTranslator()) as served, connect(served.port) as conn:
+        conn.sendall(GET_HEALTH)
+        assert read_response(conn).startswith(b"HTTP/1.1 200")
+        (guarded,) = list(served.connections._open)
+        assert guarded.transport is not None
+        server_side = guarded.transport.get_extra_info("socket")
+        assert server_side.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
