@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,20 @@ def test_headerless_dev_sets_take_their_columns_from_the_file_name(tiny_model_di
         read_tsv(plain, "en", "de")
     results = evaluate(tiny_model_dir, dev, source="en", target="de", beam_size=1, progress=False)
     assert [(r.origin, r.sentences) for r in results] == [("all", 2)]  # each sentence counted once
+
+
+def test_eval_scores_several_sets_in_one_run(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transduce.cli import main
+
+    news = tmp_path / "newstest2013.en-de.tsv"
+    news.write_text("A house.\tEin Haus.\nThe dog.\tDer Hund.\n")
+    own = tmp_path / "dev.tsv"
+    own.write_text("origin\ten\tde\ntatoeba\tI am here.\tIch bin hier.\nwmt\tThe news.\tDie Nachrichten.\n")
+    args = ["eval", "--model", str(tiny_model_dir), "--tsv", str(news), "--tsv", str(own), "-s", "en", "-t", "de"]
+    assert main([*args, "--beam-size", "1", "--json", str(tmp_path / "out.json")]) == 0
+    out = capsys.readouterr().out
+    for row in ("| all (newstest2013.en-de.tsv) | en->de | 2 |", "| all (dev.tsv) | en->de | 2 |", "| tatoeba |"):
+        assert row in out
+    assert len(json.loads((tmp_path / "out.json").read_text())) == 4  # two sets, and dev.tsv's two origins

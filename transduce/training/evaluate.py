@@ -7,7 +7,7 @@ import csv
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -130,7 +130,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tsv",
         required=True,
-        help="test set: TSV with a header naming language columns (and optionally 'origin' for per-source scores)",
+        action="append",
+        help="test set: TSV with a header naming language columns (and optionally 'origin' for per-source scores), "
+        "or a headerless NAME.xx-yy.tsv; repeat it to score several sets with one model load",
     )
     parser.add_argument("--source", "-s", required=True, help="source language column, e.g. en")
     parser.add_argument("--target", "-t", required=True, help="target language column, e.g. de")
@@ -145,17 +147,23 @@ def run(args: argparse.Namespace) -> int:
     from transduce.engine.errors import ModelLoadError
     from transduce.shipped import resolve_model_dir
 
+    results: list[EvalResult] = []
     try:
-        results = evaluate(
-            resolve_model_dir(args.model),
-            args.tsv,
-            source=args.source,
-            target=args.target,
-            beam_size=args.beam_size,
-            limit=args.limit,
-            device=args.device,
-            progress=sys.stderr.isatty(),
-        )
+        model_dir = resolve_model_dir(args.model)
+        for tsv in args.tsv:
+            scored = evaluate(
+                model_dir,
+                tsv,
+                source=args.source,
+                target=args.target,
+                beam_size=args.beam_size,
+                limit=args.limit,
+                device=args.device,
+                progress=sys.stderr.isatty(),
+            )
+            if len(args.tsv) > 1:  # say which set each "all" row is
+                scored = [replace(r, origin=f"all ({Path(tsv).name})") if r.origin == "all" else r for r in scored]
+            results += scored
     except (ModelLoadError, ValueError, OSError) as exc:
         print(f"transduce eval: {exc}", file=sys.stderr)
         return 1
