@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,15 +20,24 @@ if TYPE_CHECKING:
     from transduce.engine.translator import Translator
 
 
-@pytest.fixture(scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """One PyTorch thread for a module's tiny models: a busy 2-core machine runs them many times slower with two."""
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """PyTorch on ``n`` threads inside the block."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One PyTorch thread for a module's tiny models: a busy 2-core machine runs them many times slower with two."""
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +73,33 @@ def default_translator() -> Translator:
     if not DEFAULT_CHECKPOINT.is_file():
         pytest.fail(f"the shipped model {DEFAULT_CHECKPOINT} is missing")
     return Translator(resolve_model_dir(None), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_fr_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second tiny random model, en<->fr (another seed, its own tokenizer), exported: for serving several models."""
+    from transduce.export.onnx_export import export_model
+
+    root = tmp_path_factory.mktemp("tiny-fr")
+    with torch_threads(1):
+        checkpoint = build_tiny_checkpoint(
+            root / "checkpoint.pt", seed=1, languages=("en", "fr"), name="tiny-random-fr"
+        )
+        export_model(checkpoint, root / "model")
+    return root / "model"
+
+
+@pytest.fixture(scope="session")
+def marian_es_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Hugging Face Marian model (briefly trained on word-for-word toy pairs), imported with
+    ``transduce.interop`` as an en->es model and exported: an OPUS-MT-style one-direction model."""
+    pytest.importorskip("transformers", reason="transformers is a test extra for the Marian interop")
+    from tests.interop.test_marian import build_hf_marian
+    from transduce.export.onnx_export import export_model
+    from transduce.interop.marian import import_marian
+
+    root = tmp_path_factory.mktemp("marian-es")
+    with torch_threads(1):  # a few seconds on one thread; many times longer on two busy cores
+        import_marian(build_hf_marian(root / "hf"), root / "marian.pt", source_lang="en", target_lang="es")
+        export_model(root / "marian.pt", root / "model")
+    return root / "model"

@@ -1,4 +1,5 @@
-"""A tiny random-weight bidirectional en<->de model with a real SentencePiece tokenizer, for tests."""
+"""A tiny random-weight bidirectional model (en<->de by default, or another pair of the languages in ``WORDS``) with a
+real SentencePiece tokenizer, for tests."""
 
 from __future__ import annotations
 
@@ -51,6 +52,53 @@ DE = [
     "Welt",
     "hallo",
 ]
+FR = [
+    "le",
+    "un",
+    "maison",
+    "chat",
+    "chien",
+    "court",
+    "voit",
+    "grand",
+    "petit",
+    "rouge",
+    "bleu",
+    "vert",
+    "eau",
+    "lumière",
+    "jour",
+    "nuit",
+    "bon",
+    "vieux",
+    "nouveau",
+    "monde",
+    "bonjour",
+]
+ES = [
+    "el",
+    "una",
+    "casa",
+    "gato",
+    "perro",
+    "corre",
+    "ve",
+    "grande",
+    "pequeño",
+    "rojo",
+    "azul",
+    "verde",
+    "agua",
+    "luz",
+    "día",
+    "noche",
+    "bueno",
+    "viejo",
+    "nuevo",
+    "mundo",
+    "hola",
+]
+WORDS = {"en": EN, "de": DE, "fr": FR, "es": ES}  # word i of each list translates word i of the others
 SAMPLE_EN = [
     "Hello world.",
     "The cat sees the dog.",
@@ -60,18 +108,28 @@ SAMPLE_EN = [
 ]
 
 
-def synthetic_sentences(n: int, seed: int = 0) -> list[str]:
-    """Random word salad over a fixed English/German vocabulary (enough for a tokenizer)."""
+def synthetic_sentences(n: int, seed: int = 0, languages: tuple[str, str] = ("en", "de")) -> list[str]:
+    """Random word salad over the fixed vocabularies of two languages (enough for a tokenizer)."""
     rng = random.Random(seed)
+    first, second = (WORDS[lang] for lang in languages)
     out = []
     for _ in range(n):
-        words = EN if rng.random() < 0.5 else DE
+        words = first if rng.random() < 0.5 else second
         out.append(" ".join(rng.choice(words) for _ in range(rng.randint(2, 12))).capitalize() + ".")
     return out
 
 
-def build_tiny_checkpoint(path: Path, *, seed: int = 0, d_model: int = 32, layers: int = 2) -> Path:
-    """Random-weight bidirectional en<->de Transformer with a 120-piece joint vocabulary."""
+def build_tiny_checkpoint(
+    path: Path,
+    *,
+    seed: int = 0,
+    d_model: int = 32,
+    layers: int = 2,
+    languages: tuple[str, str] = ("de", "en"),
+    name: str = "tiny-random",
+) -> Path:
+    """Random-weight bidirectional Transformer between ``languages`` (en<->de by default; any two of ``WORDS``) with a
+    120-piece joint vocabulary."""
     import torch
 
     from transduce.model.checkpoint import save_checkpoint
@@ -79,8 +137,10 @@ def build_tiny_checkpoint(path: Path, *, seed: int = 0, d_model: int = 32, layer
     from transduce.model.transformer import Transformer
     from transduce.tokenizer import Tokenizer, train_tokenizer
 
-    spm = train_tokenizer(synthetic_sentences(3000) + SAMPLE_EN, vocab_size=120, languages=("de", "en"))
-    tok = Tokenizer(spm, target_tag="<2{lang}>", languages=("de", "en"))
+    langs = (min(languages), max(languages))
+    text = (langs[0], langs[1]) if "en" not in langs else ("en", langs[0] if langs[1] == "en" else langs[1])
+    spm = train_tokenizer(synthetic_sentences(3000, languages=text) + SAMPLE_EN, vocab_size=120, languages=langs)
+    tok = Tokenizer(spm, target_tag="<2{lang}>", languages=langs)
     torch.manual_seed(seed)
     config = ModelConfig(
         src_vocab_size=tok.vocab_size,
@@ -91,10 +151,10 @@ def build_tiny_checkpoint(path: Path, *, seed: int = 0, d_model: int = 32, layer
         n_encoder_layers=layers,
         n_decoder_layers=layers,
         max_positions=256,
-        languages=("de", "en"),
+        languages=langs,
     )
     model = Transformer(config)
     with torch.no_grad():  # make eos unlikely so random outputs are not empty and lengths vary
         model.generator.weight[config.eos_id] *= 0.5
-    save_checkpoint(path, model, spm, meta={"name": "tiny-random"})
+    save_checkpoint(path, model, spm, meta={"name": name})
     return path

@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
     option("--model", "model_dir", "default: the shipped model, exported to ONNX on first use")
+    option("--models", "models", "default: none; SIGHUP rescans them")
+    option("--memory-budget-mb", "memory_budget_mb", type=float)
     option("--host", "host")
     option("--port", "port", type=int)
     option("--device", "device", choices=["auto", "cpu", "cuda"])
@@ -103,15 +105,16 @@ def server_config(app: ASGIApp, settings: Settings, max_connections: int | None 
 
 
 def run(args: argparse.Namespace) -> int:
-    """Validate settings, bind the port, resolve and load the model, serve until SIGTERM/SIGINT; 0 after draining.
+    """Validate settings, bind the port, resolve and load the model (or check the models directory: they load in the
+    app's start-up), serve until SIGTERM/SIGINT; 0 after draining.
 
     Every failure before serving is one line on stderr: 2 for a bad setting, 1 for a port in use or no model."""
     from pydantic import ValidationError
 
     from transduce.engine.errors import ModelLoadError
-    from transduce.service.connections import fd_headroom
     from transduce.service.logging import configure_logging
     from transduce.service.main import create_app, load_translator
+    from transduce.service.registry import model_paths
     from transduce.shipped import ModelUnavailableError, resolve_model_dir
 
     try:
@@ -130,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     with sock:
         configure_logging(settings.log_json, throttle_s=settings.log_throttle_s)
+        if settings.models:  # several models: scanned, and the first loaded, in the app's start-up
+            try:
+                model_paths(settings.models)
+            except ModelLoadError as exc:
+                print(f"transduce serve: {exc}", file=sys.stderr)
+                return 1
+            return _serve(create_app(settings=settings, reload_on_sighup=True), settings, sock)
         try:
             model_dir = resolve_model_dir(settings.model_dir)
             translator = load_translator(settings.model_copy(update={"model_dir": str(model_dir)}))
@@ -139,11 +149,17 @@ def run(args: argparse.Namespace) -> int:
         except (ModelLoadError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a failed export
             print(f"transduce serve: cannot load the model: {exc}", file=sys.stderr)
             return 1
-        app = create_app(model_dir, settings, translator_factory=lambda _: translator)
-        DrainingServer = _draining_server_class()  # noqa: N806
-        server = DrainingServer(server_config(app, settings, fd_headroom(settings.max_connections)))
-        try:
-            server.run(sockets=[sock])
-        except SystemExit as exc:  # uvicorn exits when the app fails to start, for example
-            return int(exc.code or 1)
-        return 0 if server.started else 1
+        return _serve(create_app(model_dir, settings, translator_factory=lambda _: translator), settings, sock)
+
+
+def _serve(app: ASGIApp, settings: Settings, sock: socket.socket) -> int:
+    """Run ``app`` on the bound socket until SIGTERM/SIGINT; 0 after draining."""
+    from transduce.service.connections import fd_headroom
+
+    DrainingServer = _draining_server_class()  # noqa: N806
+    server = DrainingServer(server_config(app, settings, fd_headroom(settings.max_connections)))
+    try:
+        server.run(sockets=[sock])
+    except SystemExit as exc:  # uvicorn exits when the app fails to start, for example
+        return int(exc.code or 1)
+    return 0 if server.started else 1

@@ -3,6 +3,7 @@
 - ``build_app(translator, gate=..., **settings)``: the real app (``create_app``) for a test, over a translator;
   both ways of serving it below call it, so every test sees the same settings defaults.
 - ``serve(...)``: the app in-process with its lifespan, and an httpx client over ASGI (most service tests).
+- ``serve_models(models, ...)``: the same for a server with several model directories (``TRANSDUCE_MODELS``).
 - ``live_server(...)``: the app under a real uvicorn server on a loopback port (browser, fuzz, client library,
   load, README and CLI tests).
 - ``FakeTranslator``: a deterministic stand-in for the engine's ``Translator`` that records what it was asked.
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +38,7 @@ from transduce.engine.translator import TranslationResult, Translator
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.main import create_app
+from transduce.service.models import ModelLoader
 
 EN_DE = {"source": "en", "target": "de"}
 TEST_DEFAULTS: dict[str, Any] = {"log_json": False, "max_wait_ms": 1.0}  # plain logs; batches form without delay
@@ -237,6 +241,30 @@ async def serve(
                 gate.release()  # a failed test must not leave the worker held while the app drains
 
 
+def build_models_app(
+    models: str | Path | Sequence[Path], *, loader: ModelLoader | None = None, **settings: Any
+) -> FastAPI:
+    """The app over several model directories (a directory of them, or a list), each loaded by ``loader`` (default:
+    the engine, on one CPU thread). ``settings`` override ``TEST_DEFAULTS``."""
+    value = str(models) if isinstance(models, str | Path) else ",".join(str(p) for p in models)
+    merged = {**TEST_DEFAULTS, "device": "cpu", "intra_threads": 1, **settings, "models": value}
+    return create_app(settings=IsolatedSettings(**merged), model_loader=loader)
+
+
+@asynccontextmanager
+async def serve_models(
+    models: str | Path | Sequence[Path], *, loader: ModelLoader | None = None, **settings: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
+    """``build_models_app(...)`` in-process, lifespan included (models scanned, the first one loaded)."""
+    app = build_models_app(models, loader=loader, **settings)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with (
+        LifespanManager(app, startup_timeout=60, shutdown_timeout=30),
+        httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+    ):
+        yield client, app
+
+
 def free_port() -> int:
     """An unused TCP port on 127.0.0.1."""
     with socket.socket() as s:
@@ -274,6 +302,15 @@ def live_server(translator: TranslatorLike, *, gate: Gate | None = None, **setti
             gate.release()
         server.should_exit = True
         thread.join(15)
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """A sample's value in the Prometheus text (0 when absent)."""
+    inside = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    found = re.search(
+        rf"^{name}{{{re.escape(inside)}}} ([0-9.e+-]+)$" if labels else rf"^{name} ([0-9.e+-]+)$", text, re.M
+    )
+    return float(found.group(1)) if found else 0.0
 
 
 # --- waiting and hanging up ----------------------------------------------------------------------------------------

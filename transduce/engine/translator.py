@@ -53,6 +53,11 @@ def filled(results: list[TranslationResult | None]) -> list[TranslationResult]:
     return cast(list[TranslationResult], results)
 
 
+def count_source_tokens(tokenizer: Tokenizer, text: str) -> int:
+    """Source length in pieces as the model sees it (tag and eos included); needs only the tokenizer."""
+    return len(tokenizer.encode(text)) + 2
+
+
 class Translator:
     """Loads an ONNX model directory (CUDA when usable, else CPU) and translates batches of sentences."""
 
@@ -117,7 +122,7 @@ class Translator:
 
     def count_tokens(self, text: str) -> int:
         """Source length in pieces as the model sees it (tag and eos included)."""
-        return len(self.tokenizer.encode(text)) + 2
+        return count_source_tokens(self.tokenizer, text)
 
     def translate(
         self,

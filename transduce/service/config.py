@@ -22,6 +22,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRANSDUCE_", env_file=".env", env_ignore_empty=True, extra="ignore")
 
     model_dir: str | None = Field(None, description="exported model directory (from `transduce export`)")
+    models: str | None = Field(
+        None,
+        description="several models: a directory holding model directories, or a comma-separated list of model "
+        "directories (instead of model_dir); they load on first use and reload on SIGHUP or POST /admin/reload",
+    )
+    memory_budget_mb: float = Field(
+        0.0,
+        description="with models: resident memory the loaded models may use (measured per load); beyond it the least "
+        "recently used idle model is unloaded (0 = no budget)",
+    )
+    admin_key: str = Field("", description="key for POST /admin/reload; empty = no admin endpoint (404)")
     device: str = Field("auto", description="auto | cpu | cuda")
     strict_device: bool = Field(False, description="fail at start-up instead of falling back to CPU")
     intra_threads: int = Field(0, description="onnxruntime threads per operator (0 = all cores)")
@@ -125,6 +136,7 @@ class Settings(BaseSettings):
         "cache_size",
         "max_glossary_terms",
         "extra_decoding_length",
+        "memory_budget_mb",
     )
     @classmethod
     def _not_negative(cls, value: float) -> float:
@@ -157,6 +169,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _beam_and_glossary(self) -> Settings:
+        if self.model_dir and self.models:
+            raise ValueError(
+                "model_dir and models are both set: TRANSDUCE_MODEL_DIR serves one model directory, TRANSDUCE_MODELS "
+                "several; set one of them"
+            )
         if self.default_beam_size > self.max_beam_size:
             raise ValueError(
                 f"default_beam_size {self.default_beam_size} is over max_beam_size {self.max_beam_size}: lower "

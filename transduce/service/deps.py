@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from transduce.service.errors import ApiError
-from transduce.service.pipeline import TranslationPipeline
+from transduce.service.pipeline import PipelineLike
 from transduce.service.state import AppState
 
 
@@ -21,7 +21,7 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-def get_pipeline(state: StateDep) -> TranslationPipeline:
+def get_pipeline(state: StateDep) -> PipelineLike:
     """The pipeline, or 503 while starting up or shutting down."""
     if state.draining:
         raise ApiError(503, "server is shutting down", {"Retry-After": "5"})

@@ -1,31 +1,37 @@
-"""create_app(model_dir): the FastAPI application, with a lifespan that loads the model and runs the batcher."""
+"""create_app(model_dir): the FastAPI application, with a lifespan that loads the model (or scans the models of
+TRANSDUCE_MODELS) and runs the batcher(s)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
+from transduce.engine.errors import ModelLoadError
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.errors import install_error_handlers
 from transduce.service.filestore import FileStore
 from transduce.service.middleware import RequestContextMiddleware
+from transduce.service.model_metrics import ModelMetrics
+from transduce.service.models import ModelLoader, ModelPool
 from transduce.service.observability import Metrics
-from transduce.service.pipeline import TranslationPipeline
-from transduce.service.routers import detect, files, health, meta, observability, translate, web
-from transduce.service.schemas import TranslateRequest
+from transduce.service.pipeline import PipelineGauges, TranslationPipeline, run_canary
+from transduce.service.registry import pairs_text
+from transduce.service.routers import admin, detect, files, health, meta, observability, translate, web
+from transduce.service.routing import RoutedPipeline
 from transduce.service.state import AppState
-from transduce.service.validation import validate_request
 
 log = logging.getLogger("transduce.service")
 
@@ -44,30 +50,99 @@ def load_translator(settings: Settings) -> TranslatorLike:
     )
 
 
+def load_model_dir(path: Path, settings: Settings) -> TranslatorLike:
+    """The engine over one model directory of ``settings.models``."""
+    return load_translator(settings.model_copy(update={"model_dir": str(path), "models": None}))
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Load the model off the event loop, start the batcher, translate the canary; drain on shutdown."""
+    """Load the model (or scan the models) off the event loop, start the queue(s); drain on shutdown."""
     state: AppState = app.state.transduce
+    serving = _serve_models(state) if state.pool is not None else _serve_model(state)
+    async with serving:
+        janitor = asyncio.create_task(_purge_files(state), name="transduce-files-janitor")
+        try:
+            yield
+        finally:
+            janitor.cancel()
+
+
+@asynccontextmanager
+async def _serve_model(state: AppState) -> AsyncIterator[None]:
+    """One model: load it, start its batcher, translate the canary; drain on shutdown."""
     settings = state.settings
     translator = await asyncio.to_thread(state.translator_factory, settings)
     pipeline = TranslationPipeline(translator, settings, state.metrics, state.window)
     await pipeline.queue.start()
     state.pipeline = pipeline
-    source, target = translator.pairs[0]
-    canary = TranslateRequest(q=settings.canary_text, source=source, target=target, beam_size=1)
     started = time.monotonic()
-    results, _ = await pipeline.translate(validate_request(canary, settings, translator), started=started)
+    source, target, text = await run_canary(pipeline, settings)
     log.info(
         "canary %s->%s %r -> %r in %.0f ms; ready on %s",
         source,
         target,
         settings.canary_text,
-        results[0].text,
+        text,
         (time.monotonic() - started) * 1000,
         translator.provider,
     )
-    if settings.glossary:  # read (and checked) with the settings; a pair the model lacks is never used
-        unused = sorted(f"{s}-{t}" for s, t in settings.glossary if (s, t) not in translator.pairs)
+    _log_glossary(settings, translator.pairs)
+    state.ready = True
+    try:
+        yield
+    finally:
+        state.ready, state.draining = False, True
+        log.info("draining: finishing accepted requests (up to %.0f s)", settings.shutdown_grace_s)
+        await pipeline.queue.stop(drain=True, timeout=settings.shutdown_grace_s)
+        log.info("stopped")
+
+
+@asynccontextmanager
+async def _serve_models(state: AppState) -> AsyncIterator[None]:
+    """Several models: scan them, load the first; SIGHUP rescans them under `transduce serve`; drain on shutdown."""
+    pool, settings = state.pool, state.settings
+    assert pool is not None
+    await pool.start()
+    log.info(
+        "models in %s: %s; pairs %s; through English %s",
+        settings.models,
+        ", ".join(f"{n} ({e.state})" for n, e in pool.entries.items()) or "none",
+        pairs_text(pool.routes.direct),
+        pairs_text(pool.routes.pivots),
+    )
+    _log_glossary(settings, pool.routes.pairs)
+    state.ready = True
+    loop = asyncio.get_running_loop()
+    if state.reload_on_sighup:
+        reloads: set[asyncio.Task[Any]] = set()
+
+        async def reload() -> None:
+            try:
+                await pool.reload()
+            except ModelLoadError as exc:  # e.g. the models directory is gone: the models loaded go on serving
+                log.error("SIGHUP: models not reloaded: %s", exc)
+
+        def on_hangup() -> None:
+            task = loop.create_task(reload(), name="transduce-reload")
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    try:
+        yield
+    finally:
+        if state.reload_on_sighup:
+            loop.remove_signal_handler(signal.SIGHUP)
+        state.ready, state.draining = False, True
+        log.info("draining: finishing accepted requests (up to %.0f s)", settings.shutdown_grace_s)
+        await pool.stop(settings.shutdown_grace_s)
+        log.info("stopped")
+
+
+def _log_glossary(settings: Settings, pairs: list[tuple[str, str]]) -> None:
+    if settings.glossary:  # read (and checked) with the settings; a pair no model translates is never used
+        unused = sorted(f"{s}-{t}" for s, t in settings.glossary if (s, t) not in pairs)
         log.info(
             "glossary file %s: %d terms for %d language pairs%s",
             settings.glossary_file,
@@ -75,16 +150,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             len(settings.glossary),
             f" ({', '.join(unused)}: not translated by this model, unused)" if unused else "",
         )
-    state.ready = True
-    janitor = asyncio.create_task(_purge_files(state), name="transduce-files-janitor")
-    try:
-        yield
-    finally:
-        janitor.cancel()
-        state.ready, state.draining = False, True
-        log.info("draining: finishing accepted requests (up to %.0f s)", settings.shutdown_grace_s)
-        await pipeline.queue.stop(drain=True, timeout=settings.shutdown_grace_s)
-        log.info("stopped")
 
 
 async def _purge_files(state: AppState) -> None:
@@ -99,18 +164,26 @@ def create_app(
     settings: Settings | None = None,
     *,
     translator_factory: TranslatorFactory | None = None,
+    model_loader: ModelLoader | None = None,
+    reload_on_sighup: bool = False,
 ) -> FastAPI:
-    """The app serving the exported model in ``model_dir`` (default: ``settings.model_dir``, i.e. TRANSDUCE_MODEL_DIR).
+    """The app serving the exported model in ``model_dir`` (default: ``settings.model_dir``, i.e. TRANSDUCE_MODEL_DIR),
+    or the several models of ``settings.models`` (TRANSDUCE_MODELS).
 
     The model loads in the lifespan. ``translator_factory`` replaces loading the engine (tests and embedders pass
-    their own); without it a model directory is required. ``uvicorn --factory transduce.service.main:create_app``
-    serves the directory named by TRANSDUCE_MODEL_DIR."""
+    their own); without it a model directory is required. With several models, ``model_loader`` replaces loading
+    each directory's engine, and ``reload_on_sighup`` makes SIGHUP rescan them. ``uvicorn --factory
+    transduce.service.main:create_app`` serves what TRANSDUCE_MODEL_DIR or TRANSDUCE_MODELS names."""
     settings = settings or Settings()
     if model_dir is not None:
         settings = settings.model_copy(update={"model_dir": str(model_dir)})
-    if translator_factory is None and not settings.model_dir:
+    if settings.models and (settings.model_dir or translator_factory is not None):
         raise ValueError(
-            "create_app needs a model directory: pass model_dir or set TRANSDUCE_MODEL_DIR "
+            "create_app serves one model (model_dir, translator_factory) or several (settings.models), not both"
+        )
+    if translator_factory is None and not settings.model_dir and not settings.models:
+        raise ValueError(
+            "create_app needs a model directory: pass model_dir or set TRANSDUCE_MODEL_DIR (or TRANSDUCE_MODELS) "
             "(`transduce serve` finds the shipped model for you)"
         )
     app = FastAPIOffline(  # /docs and /redoc served from bundled assets: they work without internet access
@@ -124,11 +197,20 @@ def create_app(
     state = AppState(
         settings, translator_factory or load_translator, Metrics(), FileStore(files_dir, settings.file_ttl_s)
     )
+    state.reload_on_sighup = reload_on_sighup
+    if settings.models:
+        model_metrics = ModelMetrics(state.metrics.registry)
+        state.pool = ModelPool(settings, state.metrics, state.window, model_metrics, model_loader or load_model_dir)
+        state.pipeline = RoutedPipeline(state.pool, model_metrics)
+
+    def gauges() -> PipelineGauges:
+        return state.pipeline.gauges() if state.pipeline is not None else PipelineGauges()
+
     state.metrics.bind(
-        lambda: float(state.pipeline.queue.queue_depth) if state.pipeline else 0.0,
-        lambda: _padding_ratio(state),
-        lambda: float(len(state.pipeline.cache)) if state.pipeline else 0.0,
-        lambda: state.pipeline.cache.stats.hit_ratio if state.pipeline else 0.0,
+        lambda: float(gauges().queue_depth),
+        lambda: gauges().padding_ratio,
+        lambda: float(gauges().cache_entries),
+        lambda: gauges().hit_ratio,
     )
     app.state.transduce = state
     install_error_handlers(app)
@@ -142,15 +224,8 @@ def create_app(
             expose_headers=["X-Request-ID", "Retry-After"],
             max_age=600,
         )
-    for module in (translate, detect, files, meta, health, observability, web):
+    for module in (translate, detect, files, meta, health, observability, web, admin):
         app.include_router(module.router)
     translate.document_request_schema(app)
     app.mount("/static", StaticFiles(directory=web.STATIC), name="static")
     return app
-
-
-def _padding_ratio(state: AppState) -> float:
-    stats = getattr(state.pipeline.translator, "stats", None) if state.pipeline else None
-    if stats is None or not stats.padded_source_tokens:
-        return 0.0
-    return 1.0 - stats.source_tokens / stats.padded_source_tokens

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Protocol, TypeVar
 
 from transduce.engine.batcher import BatcherConfig, BatchStats, DynamicBatcher, RequestTooLargeError
@@ -21,7 +21,8 @@ from transduce.service.cache import TranslationCache
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.observability import LatencyWindow, Metrics, RequestTiming
-from transduce.service.validation import TranslationJob
+from transduce.service.schemas import TranslateRequest
+from transduce.service.validation import TranslationJob, validate_request
 
 
 class SentenceQueue(Protocol):
@@ -116,14 +117,60 @@ class StaticBatching:
 
 @dataclass(frozen=True)
 class ItemTranslation:
-    """One q entry translated: the best text and the alternatives."""
+    """One q entry translated: the best text and the alternatives (and the language it went through, if any)."""
 
     text: str
     alternatives: list[str]
+    pivot: str | None = None
+
+
+@dataclass(frozen=True)
+class PipelineGauges:
+    """What the /metrics gauges read from the pipelines at scrape time (summed over a server's models)."""
+
+    queue_depth: int = 0
+    cache_entries: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    source_tokens: int = 0
+    padded_source_tokens: int = 0
+
+    def __add__(self, other: PipelineGauges) -> PipelineGauges:
+        return PipelineGauges(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    @property
+    def hit_ratio(self) -> float:
+        """Cache hits over lookups (0 before the first lookup)."""
+        lookups = self.cache_hits + self.cache_misses
+        return self.cache_hits / lookups if lookups else 0.0
+
+    @property
+    def padding_ratio(self) -> float:
+        """Share of padded source positions in engine batches (0 before the first batch)."""
+        if not self.padded_source_tokens:
+            return 0.0
+        return 1.0 - self.source_tokens / self.padded_source_tokens
+
+
+class PipelineLike(Protocol):
+    """What the routes use of a pipeline: ``TranslationPipeline`` (one model) or ``RoutedPipeline`` (several)."""
+
+    @property
+    def translator(self) -> TranslatorLike: ...
+
+    async def translate(
+        self, job: TranslationJob, *, started: float
+    ) -> tuple[list[ItemTranslation], RequestTiming]: ...
+
+    def retry_after(self) -> int: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def gauges(self) -> PipelineGauges: ...
 
 
 class TranslationPipeline:
-    """Owns the sentence queue; one instance per app."""
+    """Owns the sentence queue of one model."""
 
     def __init__(self, translator: TranslatorLike, settings: Settings, metrics: Metrics, window: LatencyWindow) -> None:
         self.translator, self.settings, self.metrics, self.window = translator, settings, metrics, window
@@ -220,7 +267,7 @@ class TranslationPipeline:
         if len(groups) > 1 and len(sentences) > limit:
             raise RequestTooLargeError(len(sentences), limit)
         deadline = started + self.settings.request_timeout_s
-        answers = await _together(
+        answers = await together(
             [
                 self.queue.submit(
                     [sentences[i][1] for i in indices],
@@ -244,6 +291,13 @@ class TranslationPipeline:
         rate = self.window.items_per_second()
         return max(1, min(60, int(self.queue.queue_depth / rate) + 1)) if rate > 0 else 1
 
+    def gauges(self) -> PipelineGauges:
+        """Queue, cache and padding facts for the /metrics gauges."""
+        stats = getattr(self.translator, "stats", None)  # the engine's counters (a test's fake has none)
+        tokens = (stats.source_tokens, stats.padded_source_tokens) if stats is not None else (0, 0)
+        cache = self.cache.stats
+        return PipelineGauges(self.queue.queue_depth, len(self.cache), cache.hits, cache.misses, *tokens)
+
     def status(self) -> dict[str, Any]:
         """Queue facts for readiness/debugging."""
         stats = self.cache.stats
@@ -256,7 +310,18 @@ class TranslationPipeline:
         }
 
 
-async def _together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+async def run_canary(pipeline: TranslationPipeline, settings: Settings) -> tuple[str, str, str]:
+    """Translate ``settings.canary_text`` (greedy) through the pipeline's queue, in the model's first pair: the model
+    serves only once this worked. Returns the source, the target and the translation."""
+    source, target = pipeline.translator.pairs[0]
+    canary = TranslateRequest(q=settings.canary_text, source=source, target=target, beam_size=1)
+    results, _ = await pipeline.translate(
+        validate_request(canary, settings, pipeline.translator), started=time.monotonic()
+    )
+    return source, target, results[0].text
+
+
+async def together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
     """Await ``calls`` concurrently; when one fails, cancel the others (dropping their queued sentences) and raise
     its error as it is (not an ExceptionGroup, so the service maps it to its status)."""
     if len(calls) == 1:

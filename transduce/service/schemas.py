@@ -91,6 +91,9 @@ class TranslateResponse(BaseModel):
     translatedText: str | list[str]  # noqa: N815 - LibreTranslate's field name
     alternatives: list[str] | list[list[str]] | None = None
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = None  # noqa: N815 - LibreTranslate's name
+    pivot: str | None = Field(
+        None, description="the language the text went through (en) when no model translates the pair directly"
+    )
 
 
 class DetectRequest(BaseModel):
@@ -108,6 +111,9 @@ class Language(BaseModel):
     code: str
     name: str
     targets: list[str]
+    pivot_targets: list[str] | None = Field(
+        None, description="with several models: the targets reached through English (two models), a subset of targets"
+    )
 
 
 class ErrorResponse(BaseModel):
@@ -116,12 +122,38 @@ class ErrorResponse(BaseModel):
     error: str
 
 
+class ModelHealth(BaseModel):
+    """One model of a server with several (TRANSDUCE_MODELS), in GET /health/ready."""
+
+    name: str = Field(description="the model directory's name")
+    state: Literal["unloaded", "loading", "ready", "failed"]
+    reason: str | None = Field(None, description="why a failed model cannot be served")
+    model: str | None = Field(None, description="the name recorded at export")
+    version: str = Field(description="fingerprint of the directory's manifest and files (changes when replaced)")
+    pairs: list[str]
+    memory_mb: float | None = Field(None, description="resident memory the loaded model added (measured)")
+    load_ms: float | None = Field(None, description="how long its last load and canary took")
+    in_flight: int = Field(description="requests using or waiting for it")
+
+
 class Health(BaseModel):
     """GET /health and /health/ready."""
 
     status: str
     model: str | None = None
     provider: str | None = None
+    models: list[ModelHealth] | None = None
+
+
+class ReloadReport(BaseModel):
+    """POST /admin/reload: what the scan of the model directories changed."""
+
+    added: list[str]
+    removed: list[str]
+    replaced: list[str]
+    retried: list[str] = Field(description="models that had failed, read again (they load on first use)")
+    unchanged: list[str]
+    failed: dict[str, str] = Field(description="models that cannot be served, and why")
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {

@@ -7,19 +7,23 @@ from dataclasses import dataclass, field
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory
 from transduce.service.filestore import FileStore
+from transduce.service.models import ModelPool
 from transduce.service.observability import LatencyWindow, Metrics
-from transduce.service.pipeline import TranslationPipeline
+from transduce.service.pipeline import PipelineLike
 
 
 @dataclass
 class AppState:
-    """Settings, the translator factory, metrics and (after start-up) the pipeline."""
+    """Settings, the translator factory, metrics and (after start-up) the pipeline: one model's
+    ``TranslationPipeline``, or with several models (``pool``) the ``RoutedPipeline`` over them."""
 
     settings: Settings
     translator_factory: TranslatorFactory
     metrics: Metrics
     files: FileStore
     window: LatencyWindow = field(default_factory=LatencyWindow)
-    pipeline: TranslationPipeline | None = None
+    pipeline: PipelineLike | None = None
+    pool: ModelPool | None = None
+    reload_on_sighup: bool = False  # `transduce serve` with several models: SIGHUP rescans them
     ready: bool = False
     draining: bool = False

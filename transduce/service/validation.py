@@ -19,9 +19,9 @@ are cut and counted: a term is one placeholder, so it never splits a sentence an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from transduce.engine.errors import InputTooLongError
 from transduce.service.config import Settings
@@ -72,6 +72,14 @@ class TranslationJob:
 AUTO = "auto"
 
 
+@runtime_checkable
+class RoutedCounting(Protocol):
+    """A translator in front of several models (``routing.RoutingTranslator``): a sentence is counted by the tokenizer
+    of the model its pair is routed to, against that model's limit."""
+
+    def counter_for(self, source: str, target: str) -> tuple[Callable[[str], int], int]: ...
+
+
 def validate_request(
     req: TranslateRequest, settings: Settings, translator: TranslatorLike, detector: LanguageDetector | None = None
 ) -> TranslationJob:
@@ -106,7 +114,10 @@ def validate_request(
         _masked(html[i] if html is not None else text, _terms(req, settings, source))
         for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
     )
-    tokens = tuple(tuple(_count_tokens(s, settings, translator) for s in item.sentences) for item in items)
+    tokens = tuple(
+        tuple(_count_tokens(s, settings, _counter(translator, source, req.target)) for s in item.sentences)
+        for item, source in zip(items, sources, strict=True)
+    )
     return TranslationJob(
         sources=sources,
         target=req.target,
@@ -212,17 +223,25 @@ def _masked(item: str | HtmlItem, terms: Terms) -> Item:
     return mask_text(item, terms)
 
 
-def _count_tokens(sentence: str, settings: Settings, translator: TranslatorLike) -> int:
+def _counter(translator: TranslatorLike, source: str, target: str) -> tuple[Callable[[str], int], int]:
+    """How to count a sentence of ``source`` translated into ``target``, and the model's limit."""
+    if isinstance(translator, RoutedCounting):
+        return translator.counter_for(source, target)
+    return translator.count_tokens, translator.max_source_tokens
+
+
+def _count_tokens(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> int:
     """The sentence's source tokens, within max_sentence_tokens and the model's own limit (never truncated)."""
-    n = translator.count_tokens(sentence)
+    count, limit = counter
+    n = count(sentence)
     if n > settings.max_sentence_tokens:
         raise InputTooLongError(
             f"a sentence has {n} tokens, over the limit of {settings.max_sentence_tokens} (max_sentence_tokens); "
             "split it"
         )
-    if n > translator.max_source_tokens:
+    if n > limit:
         raise InputTooLongError(
-            f"a sentence has {n} tokens, over the model's limit of {translator.max_source_tokens} (its maximum "
+            f"a sentence has {n} tokens, over the model's limit of {limit} (its maximum "
             "source length; max_sentence_tokens cannot raise it); split it"
         )
     return n

@@ -98,14 +98,17 @@ async def translate(request: Request, state: StateDep) -> TranslateResponse:
     state.window.add_request(timing)
     alternatives = job.num_hypotheses > 1
     detected = [DetectedLanguage(language=d.language, confidence=d.confidence) for d in job.detected or ()]
+    pivot = next((r.pivot for r in results if r.pivot), None)  # some text went through English (several models)
     if not job.as_list:
         return TranslateResponse(
             translatedText=results[0].text,
             alternatives=results[0].alternatives if alternatives else None,
             detectedLanguage=detected[0] if detected else None,
+            pivot=pivot,
         )
     return TranslateResponse(
         translatedText=[r.text for r in results],
         alternatives=[r.alternatives for r in results] if alternatives else None,
         detectedLanguage=detected or None,
+        pivot=pivot,
     )

@@ -1,0 +1,307 @@
+"""Operating several models (TRANSDUCE_MODELS) through the real app: lazy loading, eviction under a memory budget,
+one model's overload not blocking another, hot reload (POST /admin/reload during a burst; SIGHUP under `transduce
+serve`) with no failed request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.service.harness import (
+    FakeTranslator,
+    Gate,
+    free_port,
+    metric,
+    serve,
+    serve_models,
+    wait_ready,
+    wait_until,
+)
+from transduce.service.config import Settings
+from transduce.service.engine_api import TranslatorLike
+from transduce.service.main import load_model_dir
+from transduce.service.models import ModelLoader
+
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")]
+ADMIN = {"Authorization": "Bearer s3cret"}
+
+
+def gated(gate: Gate, held: Callable[[TranslatorLike], bool]) -> ModelLoader:
+    """A loader whose translators for which ``held(translator)`` pass their translate calls through ``gate``."""
+
+    def load(path: Path, settings: Settings) -> TranslatorLike:
+        translator = load_model_dir(path, settings)
+        return gate.guard(translator) if held(translator) else translator
+
+    return load
+
+
+def states(app: object) -> dict[str, str]:
+    pool = app.state.transduce.pool  # type: ignore[attr-defined]
+    return {name: entry.state for name, entry in pool.entries.items()}
+
+
+def to(target: str, text: str = "Hello world.", source: str = "en") -> dict[str, object]:
+    return {"q": text, "source": source, "target": target, "beam_size": 1}
+
+
+async def test_models_load_on_first_use_and_concurrent_first_requests_share_one_load(models_dir: Path) -> None:
+    async with serve_models(models_dir) as (client, app):
+        assert states(app) == {"de": "ready", "es": "unloaded", "fr": "unloaded"}
+        answers = await asyncio.gather(*(client.post("/translate", json=to("fr", f"dog {i}")) for i in range(6)))
+        text = (await client.get("/metrics")).text
+        assert states(app) == {"de": "ready", "es": "unloaded", "fr": "ready"}
+    assert [r.status_code for r in answers] == [200] * 6
+    assert metric(text, "transduce_model_loads_total", model="fr", outcome="ok") == 1
+
+
+async def test_a_single_model_loads_at_start_up(models_dir: Path) -> None:
+    async with serve_models(models_dir / "fr") as (client, app):  # a model directory itself: one model
+        assert states(app) == {"fr": "ready"}
+        r = await client.post("/translate", json=to("fr"))
+    assert r.status_code == 200 and "pivot" not in r.json()
+
+
+async def test_least_recently_used_models_are_evicted_over_the_budget_but_never_in_flight(models_dir: Path) -> None:
+    gate = Gate()
+    loader = gated(gate, lambda t: t.model_name == "tiny-random")  # the en<->de model
+    async with serve_models(models_dir, loader=loader, memory_budget_mb=0.01) as (client, app):  # below one model
+        assert (await client.post("/translate", json=to("fr"))).status_code == 200
+        assert states(app) == {"de": "unloaded", "es": "unloaded", "fr": "ready"}  # de made room for fr
+        assert (await client.post("/translate", json=to("de"))).status_code == 200
+        assert states(app) == {"de": "ready", "es": "unloaded", "fr": "unloaded"}
+        gate.hold()
+        in_flight = asyncio.create_task(client.post("/translate", json=to("de", "The cat.")))
+        await gate.wait_entered()
+        spanish = await client.post("/translate", json=to("es"))  # loads es; de is in use, so it stays
+        assert spanish.status_code == 200
+        assert states(app) == {"de": "ready", "es": "unloaded", "fr": "unloaded"}  # es, idle again, went instead
+        gate.release()
+        assert (await in_flight).status_code == 200
+        text = (await client.get("/metrics")).text
+    assert metric(text, "transduce_model_evictions_total", model="de", reason="budget") == 1
+    assert metric(text, "transduce_model_evictions_total", model="fr", reason="budget") == 1
+    assert metric(text, "transduce_model_evictions_total", model="es", reason="budget") == 1
+    assert metric(text, "transduce_memory_budget_bytes") == int(0.01 * 2**20)
+
+
+async def test_without_a_budget_used_models_stay(models_dir: Path) -> None:
+    async with serve_models(models_dir) as (client, app):
+        for target in ("fr", "es", "de"):
+            assert (await client.post("/translate", json=to(target))).status_code == 200
+        assert set(states(app).values()) == {"ready"}
+
+
+async def test_one_models_overload_does_not_block_another(models_dir: Path) -> None:
+    gate = Gate()
+    loader = gated(gate, lambda t: t.model_name == "tiny-random")
+    async with serve_models(models_dir, loader=loader, max_queue_items=4) as (client, app):
+        await client.post("/translate", json=to("fr"))  # fr loaded
+        gate.hold()
+        running = asyncio.create_task(client.post("/translate", json=to("de", "One.")))
+        await gate.wait_entered()
+        queued = asyncio.create_task(client.post("/translate", json=to("de", "Two. Three. Four. Five.")))
+        pool = app.state.transduce.pool
+        await wait_until(lambda: pool.entries["de"].pipeline.queue.queue_depth == 4)
+        full = await client.post("/translate", json=to("de", "Six."))
+        started = time.monotonic()
+        french = await client.post("/translate", json=to("fr", "The dog runs."))
+        took = time.monotonic() - started
+        gate.release()
+        answers = await asyncio.gather(running, queued)
+    assert full.status_code == 503 and "queue is full" in full.json()["error"] and full.headers["retry-after"]
+    assert french.status_code == 200 and took < 5  # fr has its own queue and worker
+    assert [r.status_code for r in answers] == [200, 200]
+
+
+async def test_hot_reload_during_a_burst_fails_no_request(models_dir: Path, tmp_path: Path) -> None:
+    """fr is replaced while a request holds its old version: new requests go to the new version at once, the held
+    one finishes on the old one, which then unloads; es is removed and the same model added as spanish; a burst of
+    requests to every model runs throughout, and every one of them succeeds."""
+    gate = Gate()
+    loader = gated(gate, lambda t: t.model_name == "tiny-random-fr")  # only fr's first version is held
+    async with serve_models(models_dir, loader=loader, admin_key="s3cret") as (client, app):
+        pool = app.state.transduce.pool
+        for target in ("fr", "es"):
+            assert (await client.post("/translate", json=to(target))).status_code == 200
+        old = pool.entries["fr"]
+        gate.hold()
+        held = asyncio.create_task(client.post("/translate", json=to("fr", "The old dog.")))
+        await gate.wait_entered()
+        statuses: list[int] = []
+        stop = asyncio.Event()
+
+        async def burst(target: str) -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                r = await client.post("/translate", json=to(target, f"The cat {i}."))
+                statuses.append(r.status_code)
+
+        clients = [asyncio.create_task(burst(target)) for target in ("de", "de", "es", "fr")]
+        await wait_until(lambda: len(statuses) >= 10, timeout_s=30)
+        shutil.copytree(models_dir / "fr", models_dir / ".staging" / "fr")  # the new version, prepared aside
+        manifest = models_dir / ".staging" / "fr" / "manifest.json"
+        manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "model_name": "tiny-random-fr-v2"}))
+        os.rename(models_dir / "fr", tmp_path / "fr-old")
+        os.rename(models_dir / ".staging" / "fr", models_dir / "fr")
+        os.rename(models_dir / "es", models_dir / "spanish")
+        report = await client.post("/admin/reload", headers=ADMIN)
+        assert report.status_code == 200, report.text
+        assert report.json() == {
+            "added": ["spanish"],
+            "removed": ["es"],
+            "replaced": ["fr"],
+            "retried": [],
+            "unchanged": ["de"],
+            "failed": {},
+        }
+        new = await asyncio.wait_for(client.post("/translate", json=to("fr", "The new dog.")), 10)
+        assert new.status_code == 200  # answered by the new version while the old one is still held
+        assert pool.entries["fr"] is not old and pool.entries["fr"].spec.model_name == "tiny-random-fr-v2"
+        assert old in pool.retiring and old.state == "ready" and not held.done()
+        gate.release()
+        assert (await held).status_code == 200
+        await wait_until(lambda: old.state == "unloaded" and not pool.retiring, timeout_s=10)
+        count = len(statuses)
+        await wait_until(lambda: len(statuses) >= count + 10, timeout_s=30)  # the burst goes on after the swap
+        stop.set()
+        await asyncio.gather(*clients)
+        ready = (await client.get("/health/ready")).json()
+        languages = (await client.get("/languages")).json()
+    assert len(statuses) > 20 and set(statuses) == {200}, [s for s in statuses if s != 200]
+    assert {m["name"]: m["model"] for m in ready["models"]}["fr"] == "tiny-random-fr-v2"
+    assert {m["name"] for m in ready["models"]} == {"de", "fr", "spanish"}
+    assert [lang["targets"] for lang in languages if lang["code"] == "en"] == [["de", "es", "fr"]]
+
+
+async def test_the_admin_endpoint_needs_its_key(models_dir: Path) -> None:
+    async with serve_models(models_dir) as (client, _):
+        absent = await client.post("/admin/reload", headers=ADMIN)
+    async with serve_models(models_dir, admin_key="s3cret") as (client, _):
+        missing = await client.post("/admin/reload")
+        wrong = await client.post("/admin/reload", headers={"X-Admin-Key": "guess"})
+        right = await client.post("/admin/reload", headers={"X-Admin-Key": "s3cret"})
+    async with serve(FakeTranslator(), admin_key="s3cret") as (client, _):
+        single = await client.post("/admin/reload", headers=ADMIN)
+    assert absent.status_code == 404 and absent.json() == {"error": "Not Found"}
+    assert missing.status_code == 401 and "Authorization: Bearer KEY" in missing.json()["error"]
+    assert wrong.status_code == 403 and wrong.json() == {"error": "invalid admin key"}
+    assert right.status_code == 200 and right.json()["unchanged"] == ["de", "es", "fr"]
+    assert single.status_code == 409 and "TRANSDUCE_MODELS" in single.json()["error"]
+
+
+async def test_a_reload_that_cannot_scan_keeps_serving_the_models(models_dir: Path, tmp_path: Path) -> None:
+    async with serve_models(models_dir, admin_key="s3cret") as (client, _):
+        os.rename(models_dir, tmp_path / "elsewhere")
+        r = await client.post("/admin/reload", headers=ADMIN)
+        still = await client.post("/translate", json=to("de"))  # loaded at start-up: its sessions are in memory
+    assert r.status_code == 503 and r.json()["error"].startswith("models not reloaded: models (TRANSDUCE_MODELS): ")
+    assert still.status_code == 200
+
+
+def test_sighup_rescans_the_models_under_transduce_serve(models_dir: Path, tiny_fr_model_dir: Path) -> None:
+    shutil.rmtree(models_dir / "fr")
+    shutil.rmtree(models_dir / "es")
+    port = free_port()
+    env = {**os.environ, "TRANSDUCE_MODELS": str(models_dir), "TRANSDUCE_PORT": str(port), "TRANSDUCE_LOG_JSON": "0"}
+    env.pop("TRANSDUCE_MODEL_DIR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "serve", "--device", "cpu"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, timeout_s=60)
+        before = httpx.post(f"{url}/translate", json=to("fr"), timeout=10)
+        shutil.copytree(tiny_fr_model_dir, models_dir / "fr")
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            codes = {lang["code"] for lang in httpx.get(f"{url}/languages", timeout=5).json()}
+            if "fr" in codes:
+                break
+            time.sleep(0.1)
+        after = httpx.post(f"{url}/translate", json=to("fr"), timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert before.status_code == 400 and "en->fr is not served" in before.text
+    assert after.status_code == 200, after.text
+    assert proc.returncode == 0, out.decode()[-2000:]
+    assert b"models reloaded: added fr" in out
+
+
+def test_the_readme_example_works(tiny_model_dir: Path, tiny_fr_model_dir: Path, tmp_path: Path) -> None:
+    """The "Serving many models" commands: `transduce serve` as written, over the same layout built from the tiny
+    models (de<->en and en<->fr), then every curl command."""
+    from tests.test_readme import BIN, shell_lines
+
+    lines = shell_lines("Serving many models")
+    command = next(line for line in lines if line.endswith("transduce serve"))
+    curls = [line for line in lines if line.startswith("curl")]
+    assert len(curls) == 4
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "en-de")
+    shutil.copytree(tiny_fr_model_dir, tmp_path / "models" / "en-fr")
+    port = free_port()
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "TRANSDUCE_PORT": str(port),
+        "TRANSDUCE_DEVICE": "cpu",
+        "HOME": str(tmp_path),
+    }
+    proc = subprocess.Popen(  # exec: the signal at the end reaches the server, not the shell
+        command.replace("transduce serve", "exec transduce serve"),
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    answers = []
+    try:
+        wait_ready(url, timeout_s=60)
+        for curl in curls:
+            run = subprocess.run(
+                curl.replace("http://127.0.0.1:5000", url) + " -w '\\n%{http_code}'",
+                shell=True,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            body, _, status = run.stdout.rpartition("\n")
+            assert run.returncode == 0 and status == "200", (curl, status, body[:300])
+            answers.append(json.loads(body))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, out.decode()[-2000:]
+    languages, translated, ready, reloaded = answers
+    assert [(lang["code"], lang["targets"], lang["pivot_targets"]) for lang in languages] == [
+        ("de", ["en", "fr"], ["fr"]),
+        ("en", ["de", "fr"], []),
+        ("fr", ["de", "en"], ["de"]),
+    ]
+    assert translated["pivot"] == "en" and len(translated["alternatives"]) == 1
+    assert {m["name"] for m in ready["models"]} == {"en-de", "en-fr"}
+    assert reloaded["unchanged"] == ["en-de", "en-fr"]

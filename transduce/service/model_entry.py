@@ -1,0 +1,108 @@
+"""One model of a server with several (``TRANSDUCE_MODELS``): a ``ModelEntry`` is one version of one model
+directory, with its engine and pipeline while it is loaded; and how its memory is measured."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from transduce.engine.errors import ModelLoadError
+from transduce.engine.translator import count_source_tokens
+from transduce.service.engine_api import TranslatorLike
+from transduce.service.pipeline import TranslationPipeline
+from transduce.service.registry import ModelSpec
+from transduce.tokenizer import Tokenizer
+
+State = Literal["unloaded", "loading", "ready", "failed"]
+MB = 1 << 20
+
+
+def resident_bytes() -> int:
+    """The process's resident memory (VmRSS of /proc/self/status), 0 where it cannot be read."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def give_memory_back() -> None:
+    """Collect garbage and ask glibc to return freed memory to the system (nothing elsewhere)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def graphs_bytes(spec: ModelSpec) -> int:
+    """The size of a model's encoder and decoder graphs (the floor of what loading it costs)."""
+    if spec.manifest is None:
+        return 0
+    total = 0
+    for key in ("encoder", "decoder"):
+        with contextlib.suppress(OSError):
+            total += spec.manifest.path(key).stat().st_size
+    return total
+
+
+def failure(exc: BaseException) -> str:
+    """Why a model cannot be served, in one line."""
+    return str(exc) if isinstance(exc, ModelLoadError) else f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(eq=False)
+class ModelEntry:
+    """One version of one model directory, and its loaded engine and pipeline when it is ready."""
+
+    spec: ModelSpec
+    state: State = "unloaded"
+    reason: str | None = None
+    translator: TranslatorLike | None = None
+    pipeline: TranslationPipeline | None = None
+    in_flight: int = 0  # requests holding the model or waiting for it to load: never unloaded while > 0
+    last_used: float = 0.0
+    memory_bytes: int = 0
+    load_ms: float | None = None
+    loading: asyncio.Task[None] | None = None
+    retired: bool = False  # removed or replaced by a reload: unloads once idle
+    tokenizer: Tokenizer | None = None  # read on its own (no onnxruntime) to count tokens before the model loads
+
+    def count_tokens(self, text: str) -> int:
+        """Source tokens of ``text`` for this model (its tokenizer alone when the model is not loaded; 0 when even
+        that cannot be read: the load will then fail and report why)."""
+        if self.translator is not None:
+            return self.translator.count_tokens(text)
+        if self.tokenizer is None and self.spec.manifest is not None:
+            m = self.spec.manifest
+            try:
+                self.tokenizer = Tokenizer(m.path("tokenizer"), target_tag=m.target_tag, languages=m.languages)
+            except (OSError, ValueError, RuntimeError):
+                return 0
+        return count_source_tokens(self.tokenizer, text) if self.tokenizer is not None else 0
+
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest source the model takes."""
+        if self.translator is not None:
+            return self.translator.max_source_tokens
+        return self.spec.manifest.max_positions if self.spec.manifest is not None else 0
+
+    def health(self) -> dict[str, Any]:
+        """This model's line in /health/ready."""
+        return {
+            "name": self.spec.name,
+            "state": self.state,
+            "reason": self.reason,
+            "model": self.spec.model_name,
+            "version": self.spec.version,
+            "pairs": [f"{a}-{b}" for a, b in self.spec.pairs],
+            "memory_mb": round(self.memory_bytes / MB, 1) if self.state == "ready" else None,
+            "load_ms": round(self.load_ms, 1) if self.load_ms is not None else None,
+            "in_flight": self.in_flight,
+        }
