@@ -121,9 +121,9 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_cli_rejects_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.run(parse("build", str(tmp_path / "o"), "--pair", "en-fr")) != 0
+    assert cli.run(parse("build", str(tmp_path / "o"), "--pair", "en-xx")) != 0
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "en-fr" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "en-xx" in err and "en-fr" in err and "Traceback" not in err
     assert cli.run(parse("build", str(tmp_path / "o"), "--sources", "bible,wikipedia")) != 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "wikipedia" in err
@@ -183,3 +183,61 @@ def test_cli_rejects_bad_git_options_in_one_line(
     assert cli.run(parse("build", str(tmp_path / "o"), "--git", value)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--git" in err and "Traceback" not in err
+
+
+def toy_multilingual(work: Path, meta: dict[str, Any], *, progress: bool = False, lang: str = "de") -> Iterator[Pair]:
+    """A source with text in any language: hash-split pairs plus one whose English side is a shared dev text."""
+    meta["language"] = lang
+    for i in range(3000):
+        yield Pair("multi", f"window number {i}", f"fenêtre numéro {i}")
+    yield Pair("multi", "Two dogs play!", "Deux chiens jouent.")  # English side of the en-de dev set: removed
+
+
+def test_build_another_pair(sources: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """en-fr: the Bible's French editions with the same chapter split, a multilingual source, the English-German
+    sources listed as skipped; the en-de dev set's English side still kept out; eval reads the dev.tsv."""
+    from transduce.training.evaluate import read_tsv as eval_rows
+
+    monkeypatch.setitem(build.SOURCES, "multi", build.Source(toy_multilingual, "CC0 ({language})", multilingual=True))
+    out = tmp_path / "en-fr"
+    card = build.build_corpus("en-fr", out, work_dir=sources, progress=False)
+    lines = {s: (out / f"{s}.tsv").read_text(encoding="utf-8").split("\n") for s in ("train", "dev", "test")}
+    assert all(text[0] == "origin\ten\tfr" for text in lines.values())
+    rows = {s: [line.split("\t") for line in text[1:-1]] for s, text in lines.items()}
+    everything = "".join(p.read_text(encoding="utf-8") for p in out.iterdir())
+    for book, chapter in SPLIT["holdout"]:
+        assert f" {book}:{chapter} " not in everything  # holdout chapters are in no output file
+    bible_rows = [r for s in rows.values() for r in s if r[0] == "bible"]
+    assert {r[2].split()[0] for r in bible_rows} == {"l", "5"}  # Louis Segond, Darby; never Ostervald or German
+    assert len([r for r in rows["train"] if r[0] == "bible"]) == 6 * 6
+    assert all(" 1:2 " in r[1] for r in rows["dev"] if r[0] == "bible")
+    assert card["present"] == ["bible", "multi"]
+    assert "English-German source" in card["skipped"]["toy"] and "English-German" in card["skipped"]["tatoeba"]
+    assert card["sources"]["multi"]["licence"] == "CC0 (French)" and card["sources"]["multi"]["language"] == "fr"
+    assert card["sources"]["multi"]["removed"] == {"dev:toydev": 1}
+    assert card["decontamination"]["reserved"]["dev:toydev"] == {
+        "from": str(tmp_path / "shared" / "dev" / "toydev"),
+        "texts_en": 2,
+        "texts_fr": 0,
+    }
+    assert card["sources"]["bible"]["editions_not_used"]["o"]["name"] == "Ostervald 1996"
+    assert card["sources"]["bible"]["splits"]["train"]["tokens_fr"] > 0
+    markdown = (out / "DATA.md").read_text()
+    assert "# Parallel corpus en-fr" in markdown and "train tokens en / fr" in markdown
+    filters = markdown.split("## Filters")[1].split("## Sources")[0]
+    assert "English or French side matches" in filters and "German" not in filters
+    assert "edition not used `o`: Ostervald 1996" in markdown
+    dev = eval_rows(out / "dev.tsv", "en", "fr")  # what `transduce eval --tsv dev.tsv -s en -t fr` scores
+    assert len(dev) == len(rows["dev"]) and {origin for origin, _, _ in dev} == {"bible", "multi"}
+    assert eval_rows(out / "dev.tsv", "fr", "en")[0][2] == rows["dev"][0][1]
+    with pytest.raises(ValueError, match="'de'"):
+        eval_rows(out / "dev.tsv", "en", "de")
+
+
+def test_cli_builds_another_pair(sources: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c"
+    argv = ("build", str(out), "--pair", "en-fr", "--work-dir", str(sources), "--sources", "bible,toy", "--no-progress")
+    assert cli.run(parse(*argv)) == 0
+    captured = capsys.readouterr()
+    assert "skipped toy: an English-German source" in captured.err and "Traceback" not in captured.err
+    assert (out / "train.tsv").read_text(encoding="utf-8").startswith("origin\ten\tfr\nbible\t")

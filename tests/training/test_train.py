@@ -100,6 +100,23 @@ def test_examples_are_bidirectional_and_tagged(tmp_path: Path) -> None:
     assert tok.decode(to_de.tgt) == rows[0][2] and tok.decode(to_en.tgt) == rows[0][1]
 
 
+def test_another_pair_is_trained_with_its_own_tag(tmp_path: Path) -> None:
+    """A corpus whose header names another language (origin/en/fr) trains en<->fr with <2fr>/<2en> tags."""
+    data = write_corpus(tmp_path / "data", n=40)
+    for split in ("train", "dev"):
+        path = data / f"{split}.tsv"
+        path.write_text(path.read_text().replace("origin\ten\tde\n", "origin\ten\tfr\n", 1))
+    cfg = dataclasses.replace(TINY, max_steps=2, languages=("en", "fr"))
+    trainer = Trainer(data, tmp_path / "run", cfg, progress=False)
+    assert trainer.lang == "fr" and trainer.train_examples[0].src[0] == trainer.tokenizer.tag_id("fr")
+    summary = trainer.run()
+    assert "dev_bleu_en_fr" in summary and "dev_bleu_fr_en" in summary
+    assert load_raw(tmp_path / "run" / "last.pt")["meta"]["name"] == "transduce-en-fr"
+    (data / "dev.tsv").write_text("origin\ten\tde\nbible\ta\tb\n")
+    with pytest.raises(ValueError, match="different languages"):
+        Trainer(data, tmp_path / "run2", cfg, progress=False)
+
+
 def test_loss_goes_down_and_resume_matches_uninterrupted(tmp_path: Path) -> None:
     data = write_corpus(tmp_path / "data")
     straight = Trainer(data, tmp_path / "a", dataclasses.replace(TINY, max_steps=40), progress=False)

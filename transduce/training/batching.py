@@ -23,24 +23,35 @@ class Example:
     origin: str
 
 
+def corpus_language(path: str | Path) -> str:
+    """The non-English language of a corpus TSV, from its header ``origin<TAB>en<TAB>xx`` (``de`` for en-de)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        header = f.readline().rstrip("\r\n").split("\t")
+    if len(header) < 3 or header[:2] != ["origin", "en"] or not header[2]:
+        raise ValueError(f"{path}: expected header origin/en/<language>, got {header}")
+    return header[2]
+
+
 def read_pairs(path: str | Path) -> list[tuple[str, str, str]]:
-    """(origin, en, de) rows of a corpus TSV."""
+    """(origin, en, xx) rows of a corpus TSV whose header is ``origin<TAB>en<TAB>xx`` (xx: de, fr, ...)."""
+    corpus_language(path)  # checks the header
     csv.field_size_limit(sys.maxsize)
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader)
-        if header[:3] != ["origin", "en", "de"]:
-            raise ValueError(f"{path}: expected header origin/en/de, got {header}")
+        next(reader)
         return [(r[0], r[1], r[2]) for r in reader if len(r) >= 3]
 
 
-def make_examples(rows: list[tuple[str, str, str]], tokenizer: Tokenizer, max_len: int) -> list[Example]:
-    """Two examples per pair, en->de (<2de> tag) and de->en (<2en> tag); over-long ones are skipped."""
+def make_examples(
+    rows: list[tuple[str, str, str]], tokenizer: Tokenizer, max_len: int, lang: str = "de"
+) -> list[Example]:
+    """Two examples per pair, en->xx (<2xx> tag, xx = ``lang``) and xx->en (<2en> tag); over-long ones are
+    skipped."""
     out = []
     en_ids = tokenizer.sp.EncodeAsIds([r[1] for r in rows])
     de_ids = tokenizer.sp.EncodeAsIds([r[2] for r in rows])
     eos = tokenizer.eos_id
-    tag_de, tag_en = tokenizer.tag_id("de"), tokenizer.tag_id("en")
+    tag_de, tag_en = tokenizer.tag_id(lang), tokenizer.tag_id("en")
     for (origin, _, _), en, de in zip(rows, en_ids, de_ids, strict=True):
         if 0 < len(en) <= max_len and 0 < len(de) <= max_len:
             out.append(Example(np.array([tag_de, *en, eos], np.int32), np.array(de, np.int32), origin))

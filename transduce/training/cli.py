@@ -39,7 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.name == "languages":
-            parser.add_argument(flag, default=",".join(defaults.languages), help="languages (comma-separated)")
+            parser.add_argument(
+                flag,
+                default=None,
+                help="languages (comma-separated) (default: the two language columns of the corpus's train.tsv "
+                "header, sorted: de,en for en-de, en,fr for en-fr)",
+            )
         elif f.name == "origin_weights":
             weights = ",".join(f"{k}={v}" for k, v in defaults.origin_weights)
             parser.add_argument(flag, default=weights, help=_HELP[f.name])
@@ -49,10 +54,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, type=type(default), default=default, help=help_text)
 
 
+def corpus_languages(data: Path) -> tuple[str, ...] | None:
+    """The language columns named by the header of DATA/train.tsv (``origin<TAB>en<TAB>fr`` -> ("en", "fr"),
+    sorted), or None when there is no such file or header."""
+    try:
+        with open(data / "train.tsv", encoding="utf-8") as f:
+            header = f.readline().rstrip("\r\n").split("\t")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return tuple(sorted(header[1:3])) if len(header) >= 3 and header[0] == "origin" else None
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Build and validate the TrainConfig."""
+    """Build and validate the TrainConfig; the languages default to the corpus's (``--data``), and languages given
+    with ``--languages`` must include them."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
-    values["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+    corpus = corpus_languages(Path(args.data)) if getattr(args, "data", None) else None
+    if args.languages is None:
+        values["languages"] = corpus or TrainConfig().languages
+    else:
+        values["languages"] = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+        missing = [lang for lang in corpus or () if lang not in values["languages"]]
+        if missing:
+            raise ValueError(
+                f"--languages {args.languages} lacks {','.join(missing)}, a language of the corpus {args.data} "
+                f"({','.join(corpus or ())}); leave --languages out to take the corpus's"
+            )
     values["origin_weights"] = tuple(
         (k, float(v)) for k, v in (kv.split("=") for kv in args.origin_weights.split(",") if kv)
     )
@@ -72,9 +99,18 @@ def run(args: argparse.Namespace) -> int:
             f"transduce train: {data} has no train.tsv/dev.tsv (build it with `transduce data build`)", file=sys.stderr
         )
         return 1
+    languages = corpus_languages(data)
+    if languages is None or "en" not in languages:
+        print(f"transduce train: {data / 'train.tsv'} has no origin<TAB>en<TAB>xx header", file=sys.stderr)
+        return 1
     from transduce.training.train import Trainer
 
-    summary = Trainer(data, args.out, cfg, progress=sys.stderr.isatty()).run()
+    try:
+        trainer = Trainer(data, args.out, cfg, progress=sys.stderr.isatty())
+    except ValueError as exc:  # a corpus or checkpoint that does not fit (header, languages, dimensions)
+        print(f"transduce train: {exc}", file=sys.stderr)
+        return 1
+    summary = trainer.run()
     if args.export_fp16:
         from transduce.training.ship import ship_fp16
 

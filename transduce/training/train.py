@@ -23,7 +23,7 @@ from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.tokenizer import Tokenizer, train_tokenizer
 from transduce.training.average import average_checkpoints
-from transduce.training.batching import Example, collate, make_examples, read_pairs, token_batches
+from transduce.training.batching import Example, collate, corpus_language, make_examples, read_pairs, token_batches
 from transduce.training.config import TrainConfig, noam_lr
 from transduce.training.decode import greedy
 
@@ -157,11 +157,18 @@ class Trainer:
         self.loss_fn = torch.nn.CrossEntropyLoss(
             ignore_index=self.mcfg.pad_id, reduction="sum", label_smoothing=self.cfg.label_smoothing
         )
-        self.train_examples = make_examples(read_pairs(self.data_dir / "train.tsv"), self.tokenizer, self.cfg.max_len)
+        self.lang = corpus_language(self.data_dir / "train.tsv")  # the pair is en-<lang>
+        if corpus_language(self.data_dir / "dev.tsv") != self.lang:
+            raise ValueError(f"{self.data_dir}: train.tsv and dev.tsv name different languages")
+        self.train_examples = make_examples(
+            read_pairs(self.data_dir / "train.tsv"), self.tokenizer, self.cfg.max_len, self.lang
+        )
         dev_rows = read_pairs(self.data_dir / "dev.tsv")
         random.Random(0).shuffle(dev_rows)
         self.dev_rows = dev_rows
-        self.dev_examples = make_examples(dev_rows[: self.cfg.eval_examples], self.tokenizer, self.cfg.max_len)
+        self.dev_examples = make_examples(
+            dev_rows[: self.cfg.eval_examples], self.tokenizer, self.cfg.max_len, self.lang
+        )
 
     def autocast(self) -> Any:
         """bf16 autocast (CPU or CUDA) unless precision is fp32."""
@@ -212,7 +219,7 @@ class Trainer:
         result = {"dev_loss": total / max(ntok, 1)}
         if bleu and self.cfg.bleu_sentences:
             rows = self.dev_rows[: self.cfg.bleu_sentences]
-            for src_lang, tgt_lang, si, ti in (("en", "de", 1, 2), ("de", "en", 2, 1)):
+            for src_lang, tgt_lang, si, ti in (("en", self.lang, 1, 2), (self.lang, "en", 2, 1)):
                 exs = [
                     Example(
                         np.array(self.tokenizer.encode_source(r[si], tgt_lang), np.int32), np.zeros(0, np.int32), r[0]
@@ -240,7 +247,7 @@ class Trainer:
             "elapsed": self.elapsed,
         }
         meta = {
-            "name": "transduce-en-de",
+            "name": f"transduce-en-{self.lang}",
             "steps": self.step,
             "tokens_seen": self.tokens_seen,
             "train_seconds": round(self.elapsed, 1),

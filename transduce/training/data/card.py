@@ -5,17 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from transduce.training.data.clean import FILTERS
+from transduce.training.data.languages import name as language_name
 from transduce.training.data.reserved import Reserved
 
 OVERLAP = "overlaps_own_dev_test"
 
 
-def filter_meanings(reserved: Reserved) -> dict[str, str]:
-    """Cleaning filters, one decontamination filter per reserved set, then the own dev/test overlap filter."""
-    meanings = dict(FILTERS)
+def filter_meanings(reserved: Reserved, lang: str = "de") -> dict[str, str]:
+    """Cleaning filters, one decontamination filter per reserved set, then the own dev/test overlap filter (the
+    pair's other language named where the texts say German)."""
+    other = language_name(lang)
+    meanings = {name: text.replace("German", other) for name, text in FILTERS.items()}
     for name, read in reserved.read.items():
-        meanings[name] = f"English or German side matches a text of {name} ({read['from']}), in any split"
-    meanings[OVERLAP] = "train pair whose English or German side matches a text of our own dev/test slices"
+        meanings[name] = f"English or {other} side matches a text of {name} ({read['from']}), in any split"
+    meanings[OVERLAP] = f"train pair whose English or {other} side matches a text of our own dev/test slices"
     return meanings
 
 
@@ -27,19 +30,20 @@ def _cell(value: Any) -> str:
 def data_card_markdown(card: dict[str, Any]) -> str:
     """The data card as markdown."""
     sources = card["sources"]
+    lang = card["pair"].split("-", 1)[1]
     lines = [
         f"# Parallel corpus {card['pair']}",
         "",
         f"Built with `{card['command']}`.",
         "",
-        "| source | status | train | dev | test | train tokens en / de | licence |",
+        f"| source | status | train | dev | test | train tokens en / {lang} | licence |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, s in sources.items():
         sp = s["splits"]
         lines.append(
             f"| {name} | {s['status']} | {sp['train']['pairs']} | {sp['dev']['pairs']} | {sp['test']['pairs']} | "
-            f"{sp['train']['tokens_en']} / {sp['train']['tokens_de']} | {s['licence']} |"
+            f"{sp['train']['tokens_en']} / {sp['train'][f'tokens_{lang}']} | {s['licence']} |"
         )
     sizes = card["splits"]
     lines += [
@@ -68,7 +72,7 @@ def data_card_markdown(card: dict[str, Any]) -> str:
     for name, read in card["decontamination"]["reserved"].items():
         lines.append(
             f"- Kept out of every split: `{name}` ({read['from']}; {read['texts_en']} English and "
-            f"{read['texts_de']} German texts)."
+            f"{read[f'texts_{lang}']} {language_name(lang)} texts)."
         )
     for name, why in card["decontamination"]["unavailable"].items():
         lines.append(f"- Not checked (not readable here): `{name}`: {why}.")
@@ -92,9 +96,10 @@ def data_card_markdown(card: dict[str, Any]) -> str:
         for key, value in s.items():
             if key in ("licence", "splits", "removed", "status"):
                 continue
-            if key == "editions":
+            if key in ("editions", "editions_not_used"):
+                what = "edition" if key == "editions" else "edition not used"
                 for code, e in value.items():
-                    lines.append(f"- edition `{code}`: {e['name']} ({e['language']}): {e['licence']}")
+                    lines.append(f"- {what} `{code}`: {e['name']} ({e['language']}): {e['licence']}")
                 continue
             if isinstance(value, list | dict) and len(value) > 12:
                 items = list(value.items() if isinstance(value, dict) else value)

@@ -16,7 +16,8 @@ _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
 
 @dataclass(frozen=True)
 class Pair:
-    """One aligned example; ``split`` is fixed by the source (Bible chapters) or None (decided by hash).
+    """One aligned example; ``split`` is fixed by the source (Bible chapters) or None (decided by hash). ``de`` is the
+    non-English side: German for en-de, French for en-fr, ... (the TSV header names the language).
 
     ``group`` is the text whose hash decides the held-out slice (default: the English side); sources with several
     translations of one original (WMT references and system outputs) set it to the original text.

@@ -1,5 +1,5 @@
-"""``transduce data build --pair en-de OUT_DIR [--work-dir DIR] [--sources bible,ding,...] [--git NAME=PATH ...]
-[--shared-data DIR]``."""
+"""``transduce data build [--pair en-de|en-fr|...] OUT_DIR [--work-dir DIR] [--sources bible,ding,...]
+[--git NAME=PATH ...] [--shared-data DIR]``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Firefox ESR interface strings (MPL-2.0): the German langpack (firefox-esr-l10n-de) matched by message key to the
-English strings inside firefox-esr's omni.ja archives (.ftl Fluent files and .properties files)."""
+"""Firefox ESR interface strings (MPL-2.0): a language pack (firefox-esr-l10n-de for German, firefox-esr-l10n-fr, ...)
+matched by message key to the English strings inside firefox-esr's omni.ja archives (.ftl Fluent files and
+.properties files)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 from transduce.training.data.clean import Pair
 from transduce.training.data.fetch import apt_extract, deb_name
 from transduce.training.data.gettext_mo import usable
+from transduce.training.data.languages import language
+from transduce.training.data.languages import name as language_name
 
-PACKAGES = ("firefox-esr", "firefox-esr-l10n-de")
-_LANGPACK = "usr/lib/firefox-esr/browser/extensions/langpack-de@firefox-esr.mozilla.org.xpi"
+_LANGPACK = "usr/lib/firefox-esr/browser/extensions/langpack-{locale}@firefox-esr.mozilla.org.xpi"
 _OMNI = ("usr/lib/firefox-esr/omni.ja", "usr/lib/firefox-esr/browser/omni.ja")
 _FTL_ENTRY = re.compile(r"^(-?[A-Za-z][\w-]*)\s*=\s*(.*)$")
 _FTL_ATTR = re.compile(r"^\s+\.([A-Za-z][\w-]*)\s*=\s*(.*)$")
@@ -27,9 +29,9 @@ _PROP_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\(.)")
 Strings = dict[tuple[str, str], str]  # (canonical file path, message id[.attribute]) -> text
 
 
-def canonical(path: str) -> str:
+def canonical(path: str, locale: str = "de") -> str:
     """File path with the locale folders (de, en-US) and the browser/ prefix taken out, so both sides agree."""
-    parts = [p for p in path.split("/") if p not in ("de", "en-US")]
+    parts = [p for p in path.split("/") if p not in (locale, "en-US")]
     return "/".join(parts[1:] if parts and parts[0] == "browser" else parts)
 
 
@@ -77,8 +79,9 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-def read_archive(zf: zipfile.ZipFile) -> Strings:
-    """All .ftl and .properties strings of one archive, keyed by canonical path and message id."""
+def read_archive(zf: zipfile.ZipFile, locale: str = "de") -> Strings:
+    """All .ftl and .properties strings of one archive, keyed by canonical path and message id (``locale``: the
+    language pack's locale folder name, taken out of the paths)."""
     out: Strings = {}
     for name in sorted(zf.namelist()):
         if name.endswith(".ftl"):
@@ -87,7 +90,7 @@ def read_archive(zf: zipfile.ZipFile) -> Strings:
             messages = parse_properties(zf.read(name).decode("utf-8", "replace"))
         else:
             continue
-        out.update({(canonical(name), k): v for k, v in messages.items()})
+        out.update({(canonical(name, locale), k): v for k, v in messages.items()})
     return out
 
 
@@ -115,23 +118,30 @@ def align(en: Strings, de: Strings) -> Iterator[tuple[str, str]]:
         yield en_text, de_text
 
 
-def pairs(work: Path, meta: dict[str, Any] | None = None, *, progress: bool = False) -> Iterator[Pair]:
+def pairs(
+    work: Path, meta: dict[str, Any] | None = None, *, progress: bool = False, lang: str = "de"
+) -> Iterator[Pair]:
     """Download both Debian packages (no installation) and align their strings by key."""
     meta = {} if meta is None else meta
-    roots = {p: apt_extract(p, work) for p in PACKAGES}
+    locale = language(lang).firefox
+    if locale is None:
+        meta["skipped"] = f"Debian has no Firefox ESR language pack for {language_name(lang)}"
+        return
+    langpack = f"firefox-esr-l10n-{locale.lower()}"
+    roots = {p: apt_extract(p, work) for p in ("firefox-esr", langpack)}
     if any(r is None for r in roots.values()):
-        meta["skipped"] = "Debian packages firefox-esr / firefox-esr-l10n-de not available"
+        meta["skipped"] = f"Debian packages firefox-esr / {langpack} not available"
         return
     english: Strings = {}
     for member in _OMNI:
         path = roots["firefox-esr"] / member  # type: ignore[operator]
         if path.exists():
             with zipfile.ZipFile(path) as zf:
-                english.update(read_archive(zf))
-    with zipfile.ZipFile(roots["firefox-esr-l10n-de"] / _LANGPACK) as zf:  # type: ignore[operator]
-        german = read_archive(zf)
+                english.update(read_archive(zf, locale))
+    with zipfile.ZipFile(roots[langpack] / _LANGPACK.format(locale=locale)) as zf:  # type: ignore[operator]
+        other = read_archive(zf, locale)
     meta["packages"] = [deb_name(r, p) for p, r in roots.items() if r is not None]
-    english, german = resolve_terms(english), resolve_terms(german)
-    meta["strings"] = {"en": len(english), "de": len(german), "both": len(english.keys() & german.keys())}
-    for en_text, de_text in align(english, german):
-        yield Pair("firefox", en_text, de_text)
+    english, other = resolve_terms(english), resolve_terms(other)
+    meta["strings"] = {"en": len(english), lang: len(other), "both": len(english.keys() & other.keys())}
+    for en_text, other_text in align(english, other):
+        yield Pair("firefox", en_text, other_text)

@@ -1,4 +1,5 @@
-"""Software translations: German gettext catalogs (.mo) of the system and of Debian l10n/data packages."""
+"""Software translations: the gettext catalogs (.mo) of one language (German by default) of the system and of Debian
+l10n/data packages. Most packages carry every language; ``libreoffice-l10n-de`` has a package per language."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tqdm import tqdm
 
 from transduce.training.data.clean import Pair
 from transduce.training.data.fetch import apt_extract, deb_name
+from transduce.training.data.languages import language
 
 log = logging.getLogger("transduce.data")
 
@@ -85,42 +87,69 @@ def read_mo(path: Path) -> Iterator[tuple[str, str]]:
             yield msgid, msgstr
 
 
-def german_catalogs(roots: Iterable[Path]) -> Iterator[Path]:
-    """Every */de/LC_MESSAGES/*.mo (and de_DE) under ``roots``, plus WordPress-style ``*de_DE.mo`` files."""
+def catalogs(roots: Iterable[Path], lang: str = "de") -> Iterator[Path]:
+    """Every ``*/LOCALE/LC_MESSAGES/*.mo`` of the language's gettext locales (de, de_DE) under ``roots``, plus
+    WordPress-style ``languages/*LOCALE.mo`` files (``admin-fr_FR.mo``; a locale without a region, such as ``ar``,
+    matches ``ar.mo`` and ``*-ar.mo`` only)."""
+    spec = language(lang)
     for root in roots:
         found: set[Path] = set()
-        for pattern in ("**/de/LC_MESSAGES/*.mo", "**/de_DE/LC_MESSAGES/*.mo", "**/languages/*de_DE.mo"):
-            found.update(root.glob(pattern))
+        for locale in spec.gettext:
+            found.update(root.glob(f"**/{locale}/LC_MESSAGES/*.mo"))
+        for locale in spec.wordpress:
+            if "_" in locale:
+                found.update(root.glob(f"**/languages/*{locale}.mo"))
+            else:
+                found.update(
+                    p for p in root.glob("**/languages/*.mo") if p.stem == locale or p.stem.endswith(f"-{locale}")
+                )
         yield from sorted(found)
+
+
+def packages_for(lang: str) -> tuple[str, ...]:
+    """PACKAGES for ``lang``: ``libreoffice-l10n-de`` becomes that language's l10n package (left out when Debian has
+    none); the other packages carry every language."""
+    suffix = language(lang).libreoffice
+    out = []
+    for package in PACKAGES:
+        if package == "libreoffice-l10n-de":
+            if suffix is not None:
+                out.append(f"libreoffice-l10n-{suffix}")
+        else:
+            out.append(package)
+    return tuple(out)
 
 
 def pairs(
     work: Path,
     meta: dict[str, Any] | None = None,
     *,
-    packages: Iterable[str] = PACKAGES,
+    packages: Iterable[str] | None = None,
     system_locale: Path = Path("/usr/share/locale"),
     progress: bool = False,
+    lang: str = "de",
 ) -> Iterator[Pair]:
-    """Pairs from the system's catalogs plus those inside the downloaded packages (missing packages are skipped)."""
+    """Pairs from the system's catalogs plus those inside the downloaded packages (missing packages are skipped);
+    ``packages`` defaults to ``packages_for(lang)``."""
     meta = {} if meta is None else meta
     roots = [system_locale] if system_locale.exists() else []
     used, skipped = [], []
-    for package in tqdm(list(packages), desc="gettext: packages", unit=" pkg", disable=not progress, file=sys.stderr):
+    chosen = list(packages) if packages is not None else list(packages_for(lang))
+    for package in tqdm(chosen, desc="gettext: packages", unit=" pkg", disable=not progress, file=sys.stderr):
         root = apt_extract(package, work)
         if root is None:
             skipped.append(package)
         else:
             roots.append(root)
             used.append(deb_name(root, package))
-    catalogs = list(german_catalogs(roots))
+    found = list(catalogs(roots, lang))
     meta.update(
         packages=used,
         skipped_packages=skipped,
-        catalogs=len(catalogs),
+        catalogs=len(found),
         system_locale=str(system_locale) if system_locale.exists() else None,
     )
-    for mo in catalogs:
+    for mo in found:
         for msgid, msgstr in read_mo(mo):
             if usable(msgid, msgstr):
                 yield Pair("gettext", clean_message(msgid), clean_message(msgstr))

@@ -1,7 +1,9 @@
 """Decontamination. Evaluation material never enters the corpus: the shared dev sets (``SHARED/dev/NAME.xx-yy.tsv``)
 and the reserved test material that can be read (Multi30k test splits, Tatoeba pairs with a short English side,
 newstest2014). A pair is dropped from every split when its English or German text matches an English or German text
-of any of them; afterwards train pairs that match a text of our own dev/test slices are dropped too.
+of any of them; afterwards train pairs that match a text of our own dev/test slices are dropped too. For another
+pair (en-fr, ...) the same material is used on the sides it has: its English texts against the English side, and
+the dev sets' texts of the pair's other language (if any) against the other side.
 
 Texts match when their ``clean.match_key`` agree (NFKC, case, punctuation and whitespace ignored). The Bible's
 holdout chapters are never read, so they need no filter: the Bible reader leaves them out.
@@ -28,23 +30,28 @@ LANGS = ("en", "de")
 
 @dataclass
 class Reserved:
-    """Named sets of match keys per language, and what was read or could not be read for the data card."""
+    """Named sets of match keys per language, and what was read or could not be read for the data card.
+
+    ``lang``: the pair's other language (``Pair.de`` is in it); only English and ``lang`` texts are kept.
+    """
 
     keys: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     read: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    lang: str = "de"
 
     def add(self, name: str, texts: Mapping[str, Iterable[str]], source: str) -> None:
         """Reserve the texts (per language) under ``name``; ``source`` says where they came from."""
-        keys = {lang: {k for k in map(match_key, texts.get(lang, ())) if k} for lang in LANGS}
+        langs = ("en", self.lang)
+        keys = {lang: {k for k in map(match_key, texts.get(lang, ())) if k} for lang in langs}
         self.keys[name] = keys
-        self.read[name] = {"from": source, **{f"texts_{lang}": len(keys[lang]) for lang in LANGS}}
+        self.read[name] = {"from": source, **{f"texts_{lang}": len(keys[lang]) for lang in langs}}
 
     def hit(self, pair: Pair) -> str | None:
-        """The name of the first set that has the pair's English or German text, else None."""
-        en, de = match_key(pair.en), match_key(pair.de)
+        """The name of the first set that has the pair's English or other-language text, else None."""
+        en, other = match_key(pair.en), match_key(pair.de)
         for name, keys in self.keys.items():
-            if en in keys["en"] or de in keys["de"]:
+            if en in keys["en"] or other in keys[self.lang]:
                 return name
         return None
 
@@ -78,9 +85,9 @@ def newstest2014(repo: Repo) -> tuple[dict[str, list[str]], list[str]]:
     return texts, files
 
 
-def collect(shared_root: Path, repos: Mapping[str, Repo]) -> Reserved:
+def collect(shared_root: Path, repos: Mapping[str, Repo], lang: str = "de") -> Reserved:
     """Everything that must stay out of the corpus and is readable here; the card lists what was missing."""
-    reserved = Reserved()
+    reserved = Reserved(lang=lang)
     dev = shared_root / "dev"
     for name, texts in read_dev_sets(dev).items():
         reserved.add(f"dev:{name}", texts, str(dev / name))
