@@ -65,3 +65,18 @@ def test_eval_scores_several_sets_in_one_run(
     for row in ("| all (newstest2013.en-de.tsv) | en->de | 2 |", "| all (dev.tsv) | en->de | 2 |", "| tatoeba |"):
         assert row in out
     assert len(json.loads((tmp_path / "out.json").read_text())) == 4  # two sets, and dev.tsv's two origins
+
+
+def test_a_source_over_the_models_positions_is_translated_in_parts(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transduce.engine.translator import Translator
+
+    translator = Translator(tiny_model_dir)
+    long = ", ".join(["the cat sees the dog"] * 200) + "."  # far more pieces than the model's positions
+    assert translator.count_tokens(long) > translator.max_source_tokens
+    tsv = tmp_path / "long.en-de.tsv"
+    tsv.write_text(f"{long}\tDie Katze sieht den Hund.\nThe dog.\tDer Hund.\n")
+    results = evaluate(tiny_model_dir, tsv, source="en", target="de", beam_size=1, progress=True)
+    assert [(r.origin, r.sentences) for r in results] == [("all", 2)]
+    assert "1 source sentence(s) over the model's" in capsys.readouterr().err

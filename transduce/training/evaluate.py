@@ -71,6 +71,7 @@ def evaluate(
     from tqdm import tqdm
 
     from transduce.engine.options import DecodeOptions
+    from transduce.engine.text import split_long
     from transduce.engine.translator import Translator
 
     rows = read_tsv(tsv, source, target)[:limit]
@@ -86,17 +87,26 @@ def evaluate(
     translator.check_pair(source, target)
     options = DecodeOptions(beam_size=beam_size, chunk_size=batch_size)
     hyps: list[str] = []
+    limit, split = translator.max_source_tokens, 0
     started = time.monotonic()
     with tqdm(
         total=len(items), desc=f"eval {source}->{target}", unit=" sent", disable=not progress, file=sys.stderr
     ) as bar:
         for i in range(0, len(items), batch_size * 4):
             chunk = [src for _, src in items[i : i + batch_size * 4]]
-            hyps += [
+            # a source longer than the model's positions is cut at clause marks or spaces and its parts'
+            # translations joined, as the server does (never a crash, never a truncated source)
+            parts = [split_long(src, lambda t: translator.count_tokens(t) <= limit) for src in chunk]
+            split += sum(len(p) > 1 for p in parts)
+            flat = [p.strip() for ps in parts for p in ps]
+            best = iter(
                 r.hypotheses[0]
-                for r in translator.translate(chunk, source_lang=source, target_lang=target, options=options)
-            ]
+                for r in translator.translate(flat, source_lang=source, target_lang=target, options=options)
+            )
+            hyps += [" ".join(next(best) for _ in ps) for ps in parts]
             bar.update(len(chunk))
+    if split and progress:
+        print(f"{split} source sentence(s) over the model's {limit} tokens were translated in parts", file=sys.stderr)
     seconds = time.monotonic() - started
     groups: dict[str, list[int]] = {"all": list(range(len(items)))}
     if by_origin:
