@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import platform
 import sys
 import time
 from dataclasses import asdict
@@ -13,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from transduce.bench.contenders import Job, Outcome, available, run_job
+from transduce.bench import hardware
+from transduce.bench.contenders import Job, Outcome, available, device_of, run_job
 from transduce.bench.optimum_site import ensure_site, export_optimum, site_pool
 
 OPTIMUM_SITE = "optimum-site"  # under the work directory: optimum-onnx and the transformers it needs
@@ -142,10 +142,12 @@ def run(
     engines: tuple[str, ...] = ENGINES,
     fixed_length: int | None = None,
     sentences: list[str] | None = None,
+    bandwidth_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Benchmark every available engine on every config; write engines.json and engines.md.
 
-    ``sentences``: the source sentences (default: the first ``n`` English verses of the Bible dev chapters)."""
+    ``sentences``: the source sentences (default: the first ``n`` English verses of the Bible dev chapters).
+    ``bandwidth_bytes``: array size for the memory-bandwidth measurement (default: hardware.measure_bandwidth's)."""
     from transduce.model.checkpoint import load_checkpoint
 
     work.mkdir(parents=True, exist_ok=True)
@@ -157,6 +159,9 @@ def run(
     sentences = source_sentences(n, work) if sentences is None else sentences[:n]
     sources = [tokenizer.encode_source(s, target) for s in sentences]
     pieces = [tokenizer.sp.IdToPiece(i) for i in range(tokenizer.vocab_size)]
+    dims = hardware.DecoderDims.from_model_config(model_config(paths["transduce-cpu-fp32"], asdict(ckpt.config)))
+    print("bench: measuring memory bandwidth and GEMM rates ...", file=sys.stderr)
+    rates = hardware.measure_isolated(dims, sorted({b * k for k, b in CONFIGS if b > 1}), threads, bandwidth_bytes)
     rows: list[dict[str, Any]] = []
     ctx = mp.get_context("spawn")
     skipped = {e: why for e in engines if (why := available(e))}
@@ -177,11 +182,21 @@ def run(
                 outcome = pool.apply(run_job, (job,))
             if engine == "transformers" and not outcome.error:
                 ref = outcome.hyps
-            rows.append(summarize(engine, beam, batch, outcome, ref, tokenizer.decode))
+            rows.append(with_limit(summarize(engine, beam, batch, outcome, ref, tokenizer.decode), dims, rates))
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(),
+        "cpu": asdict(hardware.cpu_info()),
         "threads": threads,
+        "hardware": {
+            "read_bandwidth_gb_s": round(rates.bandwidth / 1e9, 1),
+            "gemm_gflop_s_by_rows": {r: round(2 * v / 1e9, 1) for r, v in rates.gemm_rate.items()},
+            "decoder_macs_per_hypothesis_step": dims.step_macs(),
+            "decoder_weight_bytes_per_step": {p: dims.step_weight_bytes(p) for p in ("fp32", "int8")},
+            "method": "limit = batch / max(step weight bytes / bandwidth, batch x beam x step multiply-adds / GEMM "
+            "rate), decoder only, no attention-score terms; batch-1 rows: bandwidth only; numpy float32 BLAS "
+            "(not onnxruntime MLAS), the float32 rate for int8 rows too (see transduce/bench/hardware.py)",
+        },
         "checkpoint": str(checkpoint),
         "model": asdict(ckpt.config) | {"params": ckpt.model.num_parameters()},
         "sentences": n,
@@ -197,36 +212,65 @@ def run(
 
 
 def machine() -> str:
-    """CPU model and core count of this machine."""
-    import os
+    """CPU model, core count, OS and the GEMM-relevant ISA extensions of this machine."""
+    return hardware.cpu_info().describe()
 
-    cpu = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {platform.system()}"
+
+def model_config(model_dir: str, fallback: dict[str, Any]) -> dict[str, Any]:
+    """``model_config`` of an exported model's manifest (``fallback``, the checkpoint's, when it has none)."""
+    from transduce.engine.manifest import load_manifest
+
+    config = load_manifest(model_dir, check_files=False).raw.get("model_config")
+    return dict(config) if isinstance(config, dict) else fallback
+
+
+def with_limit(row: dict[str, Any], dims: hardware.DecoderDims, rates: hardware.Rates) -> dict[str, Any]:
+    """``row`` with the hardware limit of its config (CPU engines; batch 1: bandwidth only) and measured / limit."""
+    if device_of(row["engine"]) != "cpu":
+        return row
+    beam, batch = row["beam"], row["batch"]
+    limit = hardware.limit_tokens_per_s(
+        dims,
+        precision="int8" if "int8" in row["engine"] else "fp32",
+        beam=beam,
+        batch=batch,
+        bandwidth=rates.bandwidth,
+        gemm_rate=rates.gemm_rate.get(batch * beam) if batch > 1 else None,
+    )
+    row.update(limit_tokens_per_s=round(limit.tokens_per_s, 1), limit_bound=limit.bound)
+    if "target_tokens_per_s" in row:
+        row["of_limit"] = round(row["target_tokens_per_s"] / limit.tokens_per_s, 3)
+    return row
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The results table."""
+    hw = result.get("hardware")  # results written before the limit column have none
+    limits = (
+        f" Limit: measured read bandwidth {hw['read_bandwidth_gb_s']} GB/s, float32 GEMM "
+        + ", ".join(f"{g} GFLOP/s at {r} rows" for r, g in hw["gemm_gflop_s_by_rows"].items())
+        + f"; {hw['method']}."
+        if hw
+        else ""
+    )
     lines = [
         f"Engines on {result['machine']}, {result['threads']} threads each, {result['date']}; "
-        f"{result['sentences']} sentences ({result['batch1_sentences']} at batch 1); {result['settings']}.",
+        f"{result['sentences']} sentences ({result['batch1_sentences']} at batch 1); {result['settings']}.{limits}",
         "",
-        "| engine | beam | batch | target tok/s | sent/s | p50 batch ms | p95 batch ms | peak RSS MB | "
-        "identical % | BLEU vs ref |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| engine | beam | batch | target tok/s | limit tok/s | of limit | sent/s | p50 batch ms | p95 batch ms | "
+        "peak RSS MB | identical % | BLEU vs ref |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
+        limit = f"{r['limit_tokens_per_s']} ({r['limit_bound']})" if "limit_tokens_per_s" in r else "–"
         if "error" in r:
-            lines.append(f"| {r['engine']} | {r['beam']} | {r['batch']} | – | – | – | – | – | – | {r['error']} |")
+            lines.append(
+                f"| {r['engine']} | {r['beam']} | {r['batch']} | – | {limit} | – | – | – | – | – | – | {r['error']} |"
+            )
         else:
             lines.append(
-                f"| {r['engine']} | {r['beam']} | {r['batch']} | {r['target_tokens_per_s']} | "
+                f"| {r['engine']} | {r['beam']} | {r['batch']} | {r['target_tokens_per_s']} | {limit} | "
+                f"{r.get('of_limit', '–')} | "
                 f"{r['sentences_per_s']} | {r['p50_batch_ms']} | {r['p95_batch_ms']} | {r['peak_rss_mb']} | "
                 f"{r.get('identical_to_reference_pct', '–')} | {r.get('bleu_vs_reference', '–')} |"
             )
