@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from pydantic import ValidationError
 from tests.service.harness import EN_DE, FakeTranslator, build_app, serve
 from tests.service.test_app_html import assert_same_markup
 from tests.service.test_html_placeholders import MangledTranslator
-from transduce.engine.translator import Translator
+from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
+from transduce.engine.translator import TranslationResult, Translator
 from transduce.service.engine_api import TranslatorLike
 
 pytestmark = pytest.mark.anyio
@@ -362,3 +365,47 @@ def test_matching_many_terms_that_share_a_prefix_stays_linear() -> None:
         assert pieces == [text]
     found = Matcher(terms, html=False).split("say " + "a " * 97 + "b7 and " + "a " * 97 + "b7x now")
     assert [p.target for p in found if not isinstance(p, str)] == ["x"]  # b7x is no term, and b7 does not end there
+
+
+def _as_printf(form: str, match: re.Match[str]) -> str:
+    return form.replace("N", match.group(1))
+
+
+class PrintfTranslator(FakeTranslator):
+    """What the shipped model does with placeholders (it learned them from software messages): ``[n]`` comes back as
+    a printf-style specifier (``»%1«``, ``%1$s``, ``%s``), sometimes with runs of ``$1`` after a word."""
+
+    def __init__(self, forms: Sequence[str]) -> None:
+        super().__init__()
+        self.forms = list(forms)
+
+    def translate(
+        self, texts: Sequence[str], *, source_lang: str, target_lang: str, options: DecodeOptions = DEFAULT_OPTIONS
+    ) -> list[TranslationResult]:
+        self.calls.append(list(texts))
+        out = []
+        for text in texts:
+            form = self.forms.pop(0) if "[" in text else ""
+            out.append(re.sub(r"\[(\d+)\]", partial(_as_printf, form), text.upper()))
+        return [TranslationResult(hypotheses=[o] * options.num_hypotheses, tokens=[]) for o in out]
+
+
+async def test_placeholders_given_back_as_printf_specifiers_place_the_term_and_leave_no_trace() -> None:
+    glossary = [{"source": "pull request", "target": "Pull-Request"}, {"source": "Node.js", "target": None}]
+    q = [
+        "Open a pull request now.",
+        "See the pull request first.",
+        "Read about Node.js today.",
+        "A pull request for Node.js here.",
+        "Send 5 % of the pull request.",  # a "%" of its own: printf-style text in the output is the model's
+    ]
+    fake = PrintfTranslator(["»%N«", "%N$s", "%s", "%N$1$1$s", "%N"])
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "glossary": glossary})
+    assert r.json()["translatedText"] == [
+        "OPEN A Pull-Request NOW.",
+        "SEE THE Pull-Request FIRST.",
+        "READ ABOUT Node.js TODAY.",  # %s: the sentence's only placeholder
+        "A Pull-Request FOR Node.js HERE.",
+        "SEND 5 % OF Pull-Request THE %1 .",  # "%1" is not read as a placeholder: the term goes where its source maps
+    ]

@@ -34,6 +34,10 @@ from transduce.engine.text import segment
 from transduce.service.htmlnodes import Atom, Inline, Node, Term, escape_text
 
 _MARK = re.compile(r"\[\s*(\d{1,6})\s*\]")  # a placeholder as the model may give it back: [3], [ 3 ]
+# ... or, having learned placeholders from software messages, as a printf-style specifier: %3, %3$s, »%s«, with
+# runs of "$1" it sometimes adds; read as placeholders only when the sentence sent has no "%" of its own
+_PRINTF_MARK = re.compile(r"[»«„“\"]?%(?:(\d{1,6})(?:\$\d*[sd]?)*|[sd](?![^\W\d_]))[«»“\"]?")
+_DOLLAR_RUN = re.compile(r"(?:\$\d*[sd]?)+")  # its "$1$1$s" runs: dropped when the sentence sent has no "$"
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not the no-break space)
 _SPACES = re.compile(r"[ \t\n\r\f]+")
 _NON_SPACE = re.compile(r"\S+")
@@ -66,6 +70,22 @@ class _Sentence:
     ids: dict[int, int]  # placeholder number -> mark index
     literal: set[int]  # numbers written as [n] in the sentence itself (text, not placeholders)
     fixed: bool = False  # only terms to put in (and markup, punctuation): not sent, its own translation
+
+
+def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int | None]]:
+    """The placeholders of a translation in order, each with its number: ``[n]``; printf-style ones when ``sent``
+    (what the model was given) has no "%" (``%s``: None, the sentence's only placeholder if it has one); "$1$s" runs
+    when it has no "$" either (0: invented, dropped)."""
+    found: list[tuple[re.Match[str], int | None]] = [(m, int(m.group(1))) for m in _MARK.finditer(translation)]
+    if "%" in translation and "%" not in sent:
+        found += [(m, int(m.group(1)) if m.group(1) else None) for m in _PRINTF_MARK.finditer(translation)]
+        if "$" not in sent:
+            taken = [m.span() for m, _ in found]
+            found += [
+                (m, 0) for m in _DOLLAR_RUN.finditer(translation) if not any(a <= m.start() < b for a, b in taken)
+            ]
+        found.sort(key=lambda item: item[0].start())
+    return found
 
 
 def _flatten(nodes: Sequence[Node], text: list[str], marks: list[_Mark], size: int) -> int:
@@ -201,9 +221,9 @@ class Unit:
         """The translation without placeholders, and where each of the sentence's marks goes in it."""
         pieces, kept, seen = [], [], set()  # the text around each placeholder; the mark each one places (None: drop)
         at = 0
-        for match in _MARK.finditer(translation):
-            number = int(match.group(1))
-            if number not in sentence.ids and number in sentence.literal:
+        for match, found in _placeholders(translation, sentence.text):
+            number = found if found is not None else next(iter(sentence.ids)) if len(sentence.ids) == 1 else 0
+            if match.re is _MARK and number not in sentence.ids and number in sentence.literal:
                 continue  # the sentence's own "[n]" text
             mark = sentence.ids.get(number)
             pieces.append(translation[at : match.start()])
