@@ -157,11 +157,11 @@ class Gate:
         return GatedTranslator(translator, self)
 
 
-class GatedTranslator:
-    """A translator whose translate calls pass through a ``Gate`` first; everything else is the wrapped one's."""
+class DelegatingTranslator:
+    """A translator that is the wrapped one in every respect; subclasses change ``translate``."""
 
-    def __init__(self, inner: TranslatorLike, gate: Gate) -> None:
-        self.inner, self.gate = inner, gate
+    def __init__(self, inner: TranslatorLike) -> None:
+        self.inner = inner
 
     @property
     def model_name(self) -> str:
@@ -188,11 +188,24 @@ class GatedTranslator:
     def translate(
         self, texts: Sequence[str], *, source_lang: str, target_lang: str, options: DecodeOptions = DEFAULT_OPTIONS
     ) -> list[TranslationResult]:
-        self.gate.pass_through()
         return self.inner.translate(texts, source_lang=source_lang, target_lang=target_lang, options=options)
 
     def __getattr__(self, name: str) -> Any:  # e.g. the engine's ``stats``, read for the padding-ratio metric
         return getattr(self.inner, name)
+
+
+class GatedTranslator(DelegatingTranslator):
+    """A translator whose translate calls pass through a ``Gate`` first; everything else is the wrapped one's."""
+
+    def __init__(self, inner: TranslatorLike, gate: Gate) -> None:
+        super().__init__(inner)
+        self.gate = gate
+
+    def translate(
+        self, texts: Sequence[str], *, source_lang: str, target_lang: str, options: DecodeOptions = DEFAULT_OPTIONS
+    ) -> list[TranslationResult]:
+        self.gate.pass_through()
+        return super().translate(texts, source_lang=source_lang, target_lang=target_lang, options=options)
 
 
 # --- building and serving the app ----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.harness import IsolatedSettings, metric, serve_models
+from tests.service.harness import DelegatingTranslator, IsolatedSettings, metric, serve_models
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.text import split_long
@@ -208,19 +208,8 @@ async def test_translate_file_is_routed_too(models_dir: Path, engines: dict[str,
 # --- a failed model is kept apart ----------------------------------------------------------------------------------
 
 
-class BrokenTranslator:
+class BrokenTranslator(DelegatingTranslator):
     """A model whose every translation raises (its canary fails)."""
-
-    def __init__(self, inner: TranslatorLike) -> None:
-        self.inner = inner
-        self.model_name, self.provider, self.pairs = inner.model_name, inner.provider, inner.pairs
-        self.max_source_tokens = inner.max_source_tokens
-
-    def check_pair(self, source_lang: str, target_lang: str) -> None:
-        self.inner.check_pair(source_lang, target_lang)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
 
     def translate(
         self, texts: Sequence[str], *, source_lang: str, target_lang: str, options: DecodeOptions = DEFAULT_OPTIONS
