@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "build a parallel corpus from packaged sources (data build --pair en-de OUT)",
     ),
     "train": ("transduce.training.cli", "train a Transformer on a corpus built by `transduce data build`"),
+    "shortlist": (
+        "transduce.training.shortlist",
+        "build a model's vocabulary shortlist table from its corpus (co-occurrence; the CPU engine's fast path)",
+    ),
     "eval": ("transduce.training.evaluate", "translate a TSV test set through the ONNX engine and print BLEU and chrF"),
     "import-marian": (
         "transduce.interop.import_cli",

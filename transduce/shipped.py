@@ -9,6 +9,7 @@ import logging
 import os
 from pathlib import Path
 
+from transduce.engine.io_names import SHORTLIST_FILE
 from transduce.engine.manifest import is_stale
 from transduce.paths import user_cache_dir
 
@@ -46,15 +47,17 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
         raise ModelUnavailableError(
             f"the shipped model {checkpoint} is missing: pass --model DIR (a model directory from `transduce export`)"
         )
-    if not is_stale(checkpoint, out):
+    shortlist = checkpoint.parent / SHORTLIST_FILE
+    shortlist_or_none = shortlist if shortlist.is_file() else None
+    if not is_stale(checkpoint, out, shortlist_or_none):
         return out
     try:
-        from transduce.export.onnx_export import export_model
+        from transduce.export.onnx_export import ExportConfig, export_model
     except ImportError:
         raise ModelUnavailableError(
             "the shipped model is exported to ONNX once on first use, which needs PyTorch: "
             f"`{TORCH_INSTALL}`, or pass --model DIR (a model directory from `transduce export`)"
         ) from None
     log.info("exporting the shipped model %s to %s (first use or checkpoint changed)", checkpoint, out)
-    export_model(checkpoint, out)
+    export_model(checkpoint, out, ExportConfig(shortlist=shortlist_or_none))
     return out

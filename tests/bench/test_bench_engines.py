@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ pytestmark = [
     pytest.mark.usefixtures("one_torch_thread"),
 ]
 
-from transduce.bench.contenders import RUNNERS, device_of  # noqa: E402
-from transduce.bench.engines import CONFIGS, run  # noqa: E402
+from tests.engine.test_shortlist import table_of  # noqa: E402
+from transduce.bench.contenders import RUNNERS, Outcome, device_of  # noqa: E402
+from transduce.bench.engines import CONFIGS, best_of, run  # noqa: E402
 from transduce.bench.engines import ENGINES as ALL_ENGINES  # noqa: E402
+from transduce.model.checkpoint import load_checkpoint  # noqa: E402
 
 SENTENCES = [
     "Hello world.",
@@ -26,15 +29,31 @@ SENTENCES = [
     "The small blue dog runs to the green house.",
     "Water.",
 ]
-ENGINES = ("transduce-cpu-fp32", "transduce-cpu-int8", "transformers", "ctranslate2-fp32", "ctranslate2-int8")
+ENGINES = (
+    "transduce-cpu-fp32",
+    "transduce-cpu-fp32-full",
+    "transduce-cpu-int8",
+    "transformers",
+    "ctranslate2-fp32",
+    "ctranslate2-int8",
+    "ctranslate2-fp32-vmap",
+)
 
 
 def test_engines_bench_rows_and_fp32_agreement(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    # beside the checkpoint, a shortlist whose candidates are every piece: the shortlist rows (ours, and CTranslate2's
+    # with it as a vocabulary map) must then decode exactly like the full vocabulary
+    checkpoint = tmp_path / "ckpt" / "checkpoint.pt"
+    checkpoint.parent.mkdir()
+    shutil.copy(tiny_checkpoint, checkpoint)
+    tok = load_checkpoint(checkpoint).tokenizer()
+    keys = [int(tok.tag_id(lang) or 0) for lang in ("de", "en")]
+    table_of(tok.vocab_size, keys, list(range(tok.vocab_size))).save(checkpoint.parent / "shortlist.npz")
     result = run(
-        tiny_checkpoint,
+        checkpoint,
         n=6,
         n_batch1=2,
-        threads=1,
+        threads=(1,),
         work=tmp_path / "work",
         out_dir=tmp_path / "out",
         engines=ENGINES,
@@ -47,7 +66,8 @@ def test_engines_bench_rows_and_fp32_agreement(tiny_checkpoint: Path, tmp_path: 
         assert "error" not in row, row
         assert row["sentences"] == (6 if batch > 1 else 2)
         assert row["target_tokens_per_s"] > 0 and row["peak_rss_mb"] > 0
-        if engine.endswith("fp32") or engine == "transformers":  # same weights, same search: the same ids
+        assert row["threads"] == 1 and set(row["tokens_per_s_by_threads"]) == {1}
+        if "fp32" in engine or engine == "transformers":  # same weights, same search: the same ids
             assert row["identical_to_reference_pct"] == 100.0 and row["bleu_vs_reference"] == 100.0
     assert json.loads((tmp_path / "out" / "engines.json").read_text())["fixed_length"] == 7
     assert len((tmp_path / "out" / "engines.md").read_text().splitlines()) == 4 + len(rows)
@@ -57,3 +77,13 @@ def test_cuda_contenders_run_on_cuda() -> None:
     assert set(ALL_ENGINES) == set(RUNNERS)
     for engine in ALL_ENGINES:
         assert device_of(engine) == ("cuda" if "cuda" in engine else "cpu"), engine
+
+
+def test_best_of_thread_counts_keeps_the_fastest_run() -> None:
+    slow = Outcome([[1, 2, 3]], [2.0], 10.0)
+    fast = Outcome([[1, 2, 3]], [0.5], 12.0)
+    failed = Outcome([], [], 5.0, error="RuntimeError: boom")
+    assert best_of({1: slow, 2: fast}) == (2, fast)
+    assert best_of({1: fast, 2: slow}) == (1, fast)
+    assert best_of({1: failed, 2: slow}) == (2, slow)
+    assert best_of({1: failed}) == (1, failed)

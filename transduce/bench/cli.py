@@ -25,7 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", default="1,4,16,64", help="client counts (load)")
     parser.add_argument("--beam-size", type=int, default=4, help="beam size (load)")
     parser.add_argument("--modes", default="step,static,off", help="service modes to compare (load)")
-    parser.add_argument("--threads", type=int, default=2, help="threads per engine")
+    parser.add_argument(
+        "--threads",
+        default="1,2",
+        help="thread counts, comma-separated: `engines` runs each engine with each, keeps the best; `load` the largest",
+    )
     parser.add_argument(
         "--fixed-length",
         type=int,
@@ -44,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
 
     work, out = Path(args.work), Path(args.out)
     try:
+        threads = tuple(int(t) for t in str(args.threads).split(",") if t.strip())
+        if not threads or min(threads) < 1:
+            raise ValueError(f"--threads must list positive thread counts, got {args.threads!r}")
         if args.which == "engines":
             from transduce.bench.engines import run as run_engines
 
@@ -54,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                 checkpoint,
                 n=args.sentences,
                 n_batch1=args.batch1_sentences,
-                threads=args.threads,
+                threads=threads,
                 work=work,
                 out_dir=out,
                 fixed_length=args.fixed_length,
@@ -69,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=levels,
                 requests=args.requests,
                 beam=args.beam_size,
-                threads=args.threads,
+                threads=max(threads),
                 work=work,
                 out_dir=out,
                 modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),

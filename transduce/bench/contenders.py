@@ -60,6 +60,10 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+FULL_VOCABULARY = "-full"  # a transduce engine name ending so decodes without the vocabulary shortlist
+VMAP = "-vmap"  # a CTranslate2 engine name ending so decodes with the same shortlist as a vocabulary map
+
+
 def device_of(engine: str) -> str:
     """The device a contender runs on, from its name: "cuda" for *-cuda-*, else "cpu"."""
     return "cuda" if "-cuda-" in engine else "cpu"
@@ -70,7 +74,13 @@ def run_transduce(job: Job) -> Outcome:
     from transduce.engine.options import DecodeOptions
     from transduce.engine.translator import Translator
 
-    translator = Translator(job.path, device=device_of(job.engine), intra_threads=job.threads, strict_device=True)
+    translator = Translator(
+        job.path,
+        device=device_of(job.engine),
+        intra_threads=job.threads,
+        strict_device=True,
+        shortlist=not job.engine.endswith(FULL_VOCABULARY),
+    )
     L = job.fixed_length
 
     def run(src: list[list[int]]) -> list[list[int]]:
@@ -151,7 +161,7 @@ def run_ctranslate2(job: Job) -> Outcome:
     """CTranslate2 (converted from the same Marian export): fp32 or int8 on the CPU, fp16 on CUDA."""
     import ctranslate2
 
-    compute_type = job.engine.rsplit("-", 1)[1].replace("fp", "float")  # int8, float32, float16
+    compute_type = next(t for t in ("int8", "float16", "float32") if t.replace("float", "fp") in job.engine)
     translator = ctranslate2.Translator(
         job.path, device=device_of(job.engine), intra_threads=job.threads, inter_threads=1, compute_type=compute_type
     )
@@ -161,6 +171,8 @@ def run_ctranslate2(job: Job) -> Outcome:
     def run(src: list[list[int]]) -> list[list[int]]:
         tokens = [[job.pieces[t] for t in s] for s in src]
         kwargs: dict[str, Any] = {"beam_size": job.beam_size, "max_batch_size": job.batch_size, "length_penalty": 0.0}
+        if job.engine.endswith(VMAP):
+            kwargs["use_vmap"] = True
         if L:
             kwargs.update(min_decoding_length=L, max_decoding_length=L)
         else:
@@ -175,9 +187,13 @@ RUNNERS = {
     "transduce-cpu-fp32": run_transduce,
     "transduce-cpu-int8": run_transduce,
     "transduce-cuda-fp16": run_transduce,
+    "transduce-cpu-fp32-full": run_transduce,
+    "transduce-cpu-int8-full": run_transduce,
     "transformers": run_transformers,
     "ctranslate2-fp32": run_ctranslate2,
     "ctranslate2-int8": run_ctranslate2,
+    "ctranslate2-fp32-vmap": run_ctranslate2,
+    "ctranslate2-int8-vmap": run_ctranslate2,
     "ctranslate2-cuda-fp16": run_ctranslate2,
     "optimum-ort": run_optimum,
 }
@@ -199,6 +215,8 @@ def available(engine: str) -> str | None:
         "transformers": "transformers",
         "ctranslate2-fp32": "ctranslate2",
         "ctranslate2-int8": "ctranslate2",
+        "ctranslate2-fp32-vmap": "ctranslate2",
+        "ctranslate2-int8-vmap": "ctranslate2",
         "ctranslate2-cuda-fp16": "ctranslate2",
         "optimum-ort": "transformers",
     }  # optimum-ort: the bench extra; its own packages come from optimum_site

@@ -20,11 +20,15 @@ OPTIMUM_SITE = "optimum-site"  # under the work directory: optimum-onnx and the 
 
 ENGINES = (
     "transduce-cpu-fp32",
+    "transduce-cpu-fp32-full",
     "transduce-cpu-int8",
+    "transduce-cpu-int8-full",
     "transduce-cuda-fp16",
     "transformers",
     "ctranslate2-fp32",
     "ctranslate2-int8",
+    "ctranslate2-fp32-vmap",
+    "ctranslate2-int8-vmap",
     "ctranslate2-cuda-fp16",
     "optimum-ort",
 )
@@ -51,7 +55,7 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
     import shutil
 
     from transduce.engine.manifest import is_stale
-    from transduce.export.onnx_export import ExportConfig, export_model
+    from transduce.export.onnx_export import ExportConfig, export_model, sibling_shortlist
     from transduce.export.quantize import quantize_model_dir
     from transduce.interop.marian import export_marian
 
@@ -64,11 +68,12 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
         "optimum": work / "optimum",
         "fp16": work / "onnx-fp16",
     }
-    if is_stale(checkpoint, paths["onnx"]):
+    shortlist = sibling_shortlist(checkpoint)  # the CPU rows decode with it; the *-full rows without
+    if is_stale(checkpoint, paths["onnx"], shortlist):
         for p in paths.values():
             if p.exists():
                 shutil.rmtree(p)
-        export_model(checkpoint, paths["onnx"])
+        export_model(checkpoint, paths["onnx"], ExportConfig(shortlist=shortlist))
     if "transduce-cuda-fp16" in engines and not paths["fp16"].exists() and available("transduce-cuda-fp16") is None:
         export_model(checkpoint, paths["fp16"], ExportConfig(dtype="float16"))
     if not paths["int8"].exists():
@@ -78,9 +83,10 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
     try:
         import ctranslate2.converters as conv
 
+        vmap = write_bench_vmap(checkpoint, shortlist, work / "vmap.txt") if shortlist else None
         for key, quant in (("ct2", None), ("ct2int8", "int8")):
-            if not paths[key].exists():
-                conv.TransformersConverter(str(paths["hf"])).convert(str(paths[key]), quantization=quant)
+            if not paths[key].exists():  # with the vmap, used only by the *-vmap rows (use_vmap=True)
+                conv.TransformersConverter(str(paths["hf"])).convert(str(paths[key]), vmap=vmap, quantization=quant)
     except ImportError:
         pass
     if "optimum-ort" in engines and not paths["optimum"].exists() and available("optimum-ort") is None:
@@ -92,13 +98,31 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
     return {
         "transduce-cpu-fp32": str(paths["onnx"]),
         "transduce-cpu-int8": str(paths["int8"]),
+        "transduce-cpu-fp32-full": str(paths["onnx"]),
+        "transduce-cpu-int8-full": str(paths["int8"]),
         "transduce-cuda-fp16": str(paths["fp16"]),
         "transformers": str(paths["hf"]),
         "ctranslate2-fp32": str(paths["ct2"]),
         "ctranslate2-int8": str(paths["ct2int8"]),
+        "ctranslate2-fp32-vmap": str(paths["ct2"]),
+        "ctranslate2-int8-vmap": str(paths["ct2int8"]),
         "ctranslate2-cuda-fp16": str(paths["ct2"]),
         "optimum-ort": str(paths["optimum"]),
     }
+
+
+def write_bench_vmap(checkpoint: Path, shortlist: Path, out: Path) -> str:
+    """The checkpoint's shortlist for the bench direction (into German, or the model's one direction) as a
+    CTranslate2 vocabulary map with the engine's default sizes."""
+    from transduce.engine.shortlist import NO_TAG, load_table
+    from transduce.interop.vmap import write_vmap
+    from transduce.model.checkpoint import load_checkpoint
+
+    tokenizer = load_checkpoint(checkpoint).tokenizer()
+    tag = tokenizer.tag_id("de") if "de" in tokenizer.languages else None
+    pieces = [tokenizer.sp.IdToPiece(i) for i in range(tokenizer.vocab_size)]
+    write_vmap(load_table(shortlist)[0], NO_TAG if tag is None else tag, pieces, out)
+    return str(out)
 
 
 def summarize(
@@ -136,7 +160,7 @@ def run(
     *,
     n: int = 500,
     n_batch1: int = 100,
-    threads: int = 2,
+    threads: tuple[int, ...] = (1, 2),
     work: Path,
     out_dir: Path,
     engines: tuple[str, ...] = ENGINES,
@@ -146,6 +170,7 @@ def run(
 ) -> dict[str, Any]:
     """Benchmark every available engine on every config; write engines.json and engines.md.
 
+    ``threads``: every engine runs every config with each of these thread counts; a row is its best.
     ``sentences``: the source sentences (default: the first ``n`` English verses of the Bible dev chapters).
     ``bandwidth_bytes``: array size for the memory-bandwidth measurement (default: hardware.measure_bandwidth's)."""
     from transduce.model.checkpoint import load_checkpoint
@@ -161,7 +186,9 @@ def run(
     pieces = [tokenizer.sp.IdToPiece(i) for i in range(tokenizer.vocab_size)]
     dims = hardware.DecoderDims.from_model_config(model_config(paths["transduce-cpu-fp32"], asdict(ckpt.config)))
     print("bench: measuring memory bandwidth and GEMM rates ...", file=sys.stderr)
-    rates = hardware.measure_isolated(dims, sorted({b * k for k, b in CONFIGS if b > 1}), threads, bandwidth_bytes)
+    if not threads or min(threads) < 1:
+        raise ValueError(f"threads must be positive thread counts, got {threads}")
+    rates = hardware.measure_isolated(dims, sorted({b * k for k, b in CONFIGS if b > 1}), max(threads), bandwidth_bytes)
     rows: list[dict[str, Any]] = []
     ctx = mp.get_context("spawn")
     skipped = {e: why for e in engines if (why := available(e))}
@@ -172,17 +199,31 @@ def run(
             if engine in skipped:
                 rows.append({"engine": engine, "beam": beam, "batch": batch, "error": skipped[engine]})
                 continue
-            job = Job(engine, paths[engine], subset, beam, batch, threads, fixed_length, pieces)
-            print(f"bench: {engine} beam {beam} batch {batch} on {len(subset)} sentences ...", file=sys.stderr)
-            if engine == "optimum-ort" and not Path(job.path).exists():
+            if engine == "optimum-ort" and not Path(paths[engine]).exists():
                 rows.append({"engine": engine, "beam": beam, "batch": batch, "error": "Optimum export failed"})
                 continue
-            pool = site_pool(work / OPTIMUM_SITE) if engine == "optimum-ort" else ctx.Pool(1)
-            with pool:
-                outcome = pool.apply(run_job, (job,))
+            tries: dict[int, Outcome] = {}
+            for n_threads in threads:
+                job = Job(engine, paths[engine], subset, beam, batch, n_threads, fixed_length, pieces)
+                print(
+                    f"bench: {engine} beam {beam} batch {batch} on {len(subset)} sentences, {n_threads} thread(s) ...",
+                    file=sys.stderr,
+                )
+                pool = site_pool(work / OPTIMUM_SITE) if engine == "optimum-ort" else ctx.Pool(1)
+                with pool:
+                    tries[n_threads] = pool.apply(run_job, (job,))
+            best_threads, outcome = best_of(tries)
             if engine == "transformers" and not outcome.error:
                 ref = outcome.hyps
-            rows.append(with_limit(summarize(engine, beam, batch, outcome, ref, tokenizer.decode), dims, rates))
+            row = summarize(engine, beam, batch, outcome, ref, tokenizer.decode)
+            if not outcome.error:
+                row["threads"] = best_threads
+                row["tokens_per_s_by_threads"] = {
+                    t: round(sum(len(h) + 1 for h in o.hyps) / sum(o.batch_seconds), 1)
+                    for t, o in tries.items()
+                    if not o.error
+                }
+            rows.append(with_limit(row, dims, rates))
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(),
@@ -209,6 +250,14 @@ def run(
     (out_dir / "engines.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (out_dir / "engines.md").write_text(markdown(result))
     return result
+
+
+def best_of(tries: dict[int, Outcome]) -> tuple[int, Outcome]:
+    """The thread count and outcome with the most target tokens per second (an error only when all failed)."""
+    ok = {t: o for t, o in tries.items() if not o.error and o.batch_seconds}
+    if not ok:
+        return next(iter(tries.items()))
+    return max(ok.items(), key=lambda item: sum(len(h) + 1 for h in item[1].hyps) / sum(item[1].batch_seconds))
 
 
 def machine() -> str:
@@ -254,24 +303,32 @@ def markdown(result: dict[str, Any]) -> str:
         else ""
     )
     lines = [
-        f"Engines on {result['machine']}, {result['threads']} threads each, {result['date']}; "
+        f"Engines on {result['machine']}, best of {threads_text(result['threads'])} threads each (column threads), "
+        f"{result['date']}; "
         f"{result['sentences']} sentences ({result['batch1_sentences']} at batch 1); {result['settings']}.{limits}",
         "",
-        "| engine | beam | batch | target tok/s | limit tok/s | of limit | sent/s | p50 batch ms | p95 batch ms | "
-        "peak RSS MB | identical % | BLEU vs ref |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| engine | beam | batch | threads | target tok/s | limit tok/s | of limit | sent/s | p50 batch ms | "
+        "p95 batch ms | peak RSS MB | identical % | BLEU vs ref |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         limit = f"{r['limit_tokens_per_s']} ({r['limit_bound']})" if "limit_tokens_per_s" in r else "–"
         if "error" in r:
             lines.append(
-                f"| {r['engine']} | {r['beam']} | {r['batch']} | – | {limit} | – | – | – | – | – | – | {r['error']} |"
+                f"| {r['engine']} | {r['beam']} | {r['batch']} | – | – | {limit} | – | – | – | – | – | – | "
+                f"{r['error']} |"
             )
         else:
             lines.append(
-                f"| {r['engine']} | {r['beam']} | {r['batch']} | {r['target_tokens_per_s']} | {limit} | "
+                f"| {r['engine']} | {r['beam']} | {r['batch']} | {r.get('threads', '–')} | "
+                f"{r['target_tokens_per_s']} | {limit} | "
                 f"{r.get('of_limit', '–')} | "
                 f"{r['sentences_per_s']} | {r['p50_batch_ms']} | {r['p95_batch_ms']} | {r['peak_rss_mb']} | "
                 f"{r.get('identical_to_reference_pct', '–')} | {r.get('bleu_vs_reference', '–')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def threads_text(threads: Any) -> str:
+    """ "1, 2" for (1, 2); an older result's single count as is."""
+    return ", ".join(str(t) for t in threads) if isinstance(threads, list | tuple) else str(threads)

@@ -75,3 +75,10 @@ def gather_input(i: int) -> str:
 def gather_output(i: int) -> str:
     """Output ``i`` of gather.onnx: input ``i`` gathered by ``rows``."""
     return f"g.{i}"
+
+
+# decoder_shortlist.onnx: decoder.onnx with the output projection as an input (see transduce.engine.shortlist)
+SHORTLIST_DECODER_FILE = "decoder_shortlist.onnx"
+SHORTLIST_FILE = "shortlist.npz"  # the candidate table and the projection rows (V, d_model)
+DEC_VOCAB_PROJECTION = "vocab_projection"  # (candidates, d_model) float: projection rows of the batch's candidates
+CANDIDATE_AXIS = "candidates"  # log_probs of the shortlist decoder are (batch, candidates)

@@ -19,6 +19,8 @@ FILE_KEYS = {
     "decoder": names.DECODER_FILE,
     "tokenizer": names.TOKENIZER_FILE,
     "gather": names.GATHER_FILE,
+    "shortlist": names.SHORTLIST_FILE,  # optional: the candidate table and projection rows
+    "shortlist_decoder": names.SHORTLIST_DECODER_FILE,  # optional: the decoder with its projection as an input
 }
 DTYPES = ("float32", "float16", "int8-dynamic")  # of the weights; log-probs are always float32
 
@@ -47,6 +49,11 @@ class Manifest:
     def cache_dtype(self) -> str:
         """dtype of the encoder outputs and decoder caches: float16 for a float16 export, else float32."""
         return "float16" if self.dtype == "float16" else "float32"
+
+    @property
+    def has_shortlist(self) -> bool:
+        """Whether the export holds a vocabulary shortlist and its decoder graph."""
+        return "shortlist" in self.raw and "shortlist_decoder" in self.raw
 
     def path(self, key: str) -> Path:
         """Path of a file of the model directory by its manifest key ("encoder", "decoder", "tokenizer", "gather")."""
@@ -130,8 +137,9 @@ def check_files_of(manifest: Manifest) -> None:
             )
 
 
-def is_stale(checkpoint: str | Path, model_dir: str | Path) -> bool:
-    """True when ``model_dir`` is missing, exported from another checkpoint, or by another export format version."""
+def is_stale(checkpoint: str | Path, model_dir: str | Path, shortlist: str | Path | None = None) -> bool:
+    """True when ``model_dir`` is missing, exported from another checkpoint, or by another export format version,
+    or (``shortlist`` given) without that shortlist table."""
     manifest_path = Path(model_dir) / names.MANIFEST_FILE
     if not manifest_path.is_file():
         return True
@@ -140,4 +148,6 @@ def is_stale(checkpoint: str | Path, model_dir: str | Path) -> bool:
     except (OSError, ValueError):
         return True
     source = manifest.get("source_checkpoint", {})
+    if shortlist is not None and manifest.get("shortlist_source", {}).get("sha256") != sha256_file(shortlist):
+        return True
     return bool(manifest.get("format_version") != FORMAT_VERSION or source.get("sha256") != sha256_file(checkpoint))

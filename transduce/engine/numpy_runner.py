@@ -35,6 +35,8 @@ class NumpyRunner:
             **state.past,
             **state.cross,
         }
+        if s.shortlist is not None:  # the shortlist graph: the batch's candidate rows, or every row
+            feed[names.DEC_VOCAB_PROJECTION] = s.shortlist.projection if state.projection is None else state.projection
         log_probs, *present = s.decoder.run([names.DEC_LOG_PROBS, *s.present_names], feed)
         state.past = dict(zip(s.past_names, present, strict=True))
         state.stepped(mask)

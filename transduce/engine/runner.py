@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import Manifest
+from transduce.engine.shortlist import Shortlist
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -33,6 +34,9 @@ class DecoderState:
     past: dict[str, Any]  # self-attention K/V by input name, each (R, h, P, d_k)
     positions: np.ndarray  # (R,) int64: the position of each row's next token
     self_mask: np.ndarray  # (R, P) int64: 1 where a row's cache holds its own history
+    # (C, d_model) projection rows of the batch's shortlist candidates: log-probs are then (R, C) over them and the
+    # search works in candidate positions; None = the whole vocabulary (see transduce.engine.shortlist)
+    projection: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -69,6 +73,8 @@ class DecoderState:
 def merged_host(a: DecoderState, b: DecoderState) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """The host arrays of ``b`` appended to ``a`` (source masks padded to the longer source, self masks padded at the
     start to the longer history); returns them and how many positions a's and b's caches must be padded by."""
+    if a.projection is not None or b.projection is not None:
+        raise ValueError("a state decoding over a vocabulary shortlist cannot be merged (candidates differ per batch)")
     Sa, Sb = a.encoder_mask.shape[1], b.encoder_mask.shape[1]
     S = max(Sa, Sb)
     encoder_mask = np.concatenate(
@@ -103,6 +109,7 @@ class OrtSessions:
     decoder: ort.InferenceSession
     providers: list[str]  # what the sessions were asked for (a runner opening another session asks for the same)
     options: ort.SessionOptions  # the decoder's options, reused for such helper sessions
+    shortlist: Shortlist | None = None  # set when the decoder is the shortlist graph (its projection is an input)
     cross_names: list[str] = field(init=False)
     past_names: list[str] = field(init=False)
     present_names: list[str] = field(init=False)
@@ -132,7 +139,8 @@ class DecoderRunner(Protocol):
         ...
 
     def step(self, tokens: np.ndarray, state: DecoderState) -> np.ndarray:
-        """Feed one token per row (R,) -> log-probs (R, V) on the host; the state's self cache grows by one."""
+        """Feed one token per row (R,) -> log-probs (R, V) on the host (R, C over ``state.projection``'s candidates);
+        the state's self cache grows by one."""
         ...
 
     def reorder(self, state: DecoderState, rows: np.ndarray | None, sentences: np.ndarray | None) -> None:

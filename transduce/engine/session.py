@@ -14,6 +14,7 @@ from transduce.engine.iobinding_runner import IOBindingRunner
 from transduce.engine.manifest import Manifest
 from transduce.engine.numpy_runner import NumpyRunner
 from transduce.engine.runner import CPU, CUDA, DecoderRunner, OrtSessions
+from transduce.engine.shortlist import Shortlist, ShortlistConfig, load_table
 
 log = logging.getLogger("transduce.engine")
 
@@ -64,20 +65,42 @@ def open_runner(
     intra_threads: int = 0,
     inter_threads: int = 1,
     strict_device: bool = False,
+    shortlist: bool = True,
+    shortlist_config: ShortlistConfig | None = None,
 ) -> DecoderRunner:
-    """Open the encoder and decoder sessions on ``device``; an IO-binding runner on CUDA, a numpy runner on CPU."""
+    """Open the encoder and decoder sessions on ``device``; an IO-binding runner on CUDA, a numpy runner on CPU.
+
+    ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
+    (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder."""
     providers = choose_providers(device)
     options = session_options(intra_threads, inter_threads)
+    use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
     try:
         encoder_options = session_options(intra_threads, inter_threads, spin=False)
         encoder = ort.InferenceSession(str(manifest.path("encoder")), encoder_options, providers=providers)
-        decoder = ort.InferenceSession(str(manifest.path("decoder")), options, providers=providers)
+        graph = manifest.path("shortlist_decoder" if use_shortlist else "decoder")
+        decoder = ort.InferenceSession(str(graph), options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
     sessions = OrtSessions(manifest, encoder, decoder, providers, options)
+    if use_shortlist:
+        sessions.shortlist = load_shortlist(manifest, shortlist_config)
     if device == "cuda" and sessions.provider != CUDA:
         if strict_device:
             raise ModelLoadError("device='cuda' was requested but the CUDA provider failed to initialise")
         log.warning("CUDA was requested but is not usable; falling back to CPU")
     log.info("onnxruntime sessions ready on %s", sessions.provider)
     return IOBindingRunner(sessions) if sessions.provider == CUDA else NumpyRunner(sessions)
+
+
+def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None) -> Shortlist:
+    """The shortlist of an export (its table and projection rows); eos and unk are always candidates."""
+    path = manifest.path("shortlist")
+    try:
+        table, projection = load_table(path)
+    except ValueError as exc:
+        raise ModelLoadError(f"{exc}: re-export the model") from exc
+    if projection is None or table.vocab_size != manifest.vocab_size:
+        raise ModelLoadError(f"{path} does not fit the model ({manifest.vocab_size} pieces): re-export the model")
+    unk = int(manifest.raw.get("special_ids", {}).get("unk", manifest.eos_id))
+    return Shortlist(table, projection, always=[manifest.eos_id, unk], config=config)

@@ -17,6 +17,7 @@ from transduce.engine.manifest import load_manifest
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.search import Hypothesis, make_search
 from transduce.engine.session import open_runner
+from transduce.engine.shortlist import ShortlistConfig
 from transduce.tokenizer import Tokenizer
 
 log = logging.getLogger("transduce.engine")
@@ -69,6 +70,8 @@ class Translator:
         intra_threads: int = 0,
         inter_threads: int = 1,
         strict_device: bool = False,
+        shortlist: bool = True,
+        shortlist_config: ShortlistConfig | None = None,
     ) -> None:
         self.manifest = load_manifest(model_dir)
         m = self.manifest
@@ -83,7 +86,13 @@ class Translator:
                 f"eos {m.eos_id}): re-export the model"
             )
         self.runner = open_runner(
-            m, device=device, intra_threads=intra_threads, inter_threads=inter_threads, strict_device=strict_device
+            m,
+            device=device,
+            intra_threads=intra_threads,
+            inter_threads=inter_threads,
+            strict_device=strict_device,
+            shortlist=shortlist,
+            shortlist_config=shortlist_config,
         )
         self.stats = EngineStats()
 
@@ -178,12 +187,18 @@ class Translator:
         for i, seq in enumerate(source):
             ids[i, : len(seq)], mask[i, : len(seq)] = seq, 1
         state = self.runner.encode(ids, mask)
+        shortlist = self.runner.sessions.shortlist
+        # candidate ids of this batch (None: the whole vocabulary); the search then works in candidate positions
+        vocab = shortlist.candidates(source) if shortlist is not None else None
+        eos = m.eos_id
+        if vocab is not None and shortlist is not None:
+            state.projection, eos = shortlist.rows(vocab), int(np.searchsorted(vocab, m.eos_id))
         max_lengths = options.max_lengths([len(s) for s in source], m.max_positions - 1)
-        search = make_search(len(source), options, eos_id=m.eos_id, max_lengths=max_lengths)
+        search = make_search(len(source), options, eos_id=eos, max_lengths=max_lengths)
         tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
         steps = 0
         while not search.is_done():
-            out = search.advance(self.runner.step(tokens, state))  # (R, V) log-probs -> next tokens and parents
+            out = search.advance(self.runner.step(tokens, state))  # (R, V or C) log-probs -> next tokens, parents
             steps += 1
             if search.is_done():
                 break
@@ -192,8 +207,10 @@ class Translator:
                 unless_identity(out.parent_rows, len(tokens)),
                 unless_identity(out.parent_sentences, len(state.encoder_mask)),
             )
-            tokens = out.tokens
+            tokens = out.tokens if vocab is None else vocab[out.tokens]
         hypotheses = search.finalize()
+        if vocab is not None:
+            hypotheses = [[Hypothesis(vocab[h.tokens].tolist(), h.score) for h in hyps] for hyps in hypotheses]
         with self.stats.lock:
             self.stats.batches += 1
             self.stats.sentences += len(source)

@@ -36,11 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "its MatMul weights quantised to int8 for CPUs (faster, outputs differ slightly)",
     )
     parser.add_argument("--name", default=None, help="model name for the manifest (default: checkpoint's name)")
+    parser.add_argument(
+        "--shortlist",
+        default=None,
+        help="vocabulary shortlist table from `transduce shortlist` (default: shortlist.npz beside the checkpoint, "
+        "if there is one); the CPU engine then scores only each batch's candidate pieces",
+    )
+    parser.add_argument("--no-shortlist", action="store_true", help="export without a vocabulary shortlist")
 
 
 def run(args: argparse.Namespace) -> int:
     """Export, verify, print a one-line summary; errors are one line on stderr and exit status 1."""
-    from transduce.export.onnx_export import ExportConfig, export_model
+    from transduce.export.onnx_export import ExportConfig, export_model, sibling_shortlist
     from transduce.export.verify import VerificationError
 
     started = time.monotonic()
@@ -51,6 +58,12 @@ def run(args: argparse.Namespace) -> int:
         f"exporting {args.checkpoint} -> {args.out_dir} (encoder, decoder, gather + verification) ...", file=sys.stderr
     )
     int8 = args.dtype == "int8"
+    shortlist = (
+        None if args.no_shortlist else Path(args.shortlist) if args.shortlist else sibling_shortlist(args.checkpoint)
+    )
+    if shortlist is not None and not shortlist.is_file():
+        print(f"transduce export: shortlist {shortlist} does not exist", file=sys.stderr)
+        return 1
     try:
         config = ExportConfig(
             opset=args.opset,
@@ -58,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             tolerance=args.tolerance,
             model_name=args.name,
             dtype="float32" if int8 else args.dtype,
+            shortlist=shortlist,
         )
         if int8:
             manifest = _export_int8(args.checkpoint, Path(args.out_dir), config)

@@ -31,6 +31,7 @@ class ExportConfig:
     tolerance: float | None = None  # max |delta log-prob| vs. PyTorch fp32 (None: 1e-4 for float32, 0.1 for float16)
     model_name: str | None = None  # defaults to the checkpoint's meta "name" or its file stem
     dtype: str = "float32"  # float16 halves the weights and caches, for GPUs (CPU kernels mostly lack it: slow)
+    shortlist: Path | None = None  # a `transduce shortlist` table: adds the shortlist decoder (CPU) to the export
 
     def __post_init__(self) -> None:
         if self.dtype not in EXPORT_DTYPES:
@@ -186,7 +187,36 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
             manifest["verification"] = verify_export(
                 model, tokenizer, tmp, tolerance=config.max_diff, require_identical=config.dtype == "float32"
             )
-        files = (names.ENCODER_FILE, names.DECODER_FILE, names.GATHER_FILE, names.TOKENIZER_FILE)
+        files = [names.ENCODER_FILE, names.DECODER_FILE, names.GATHER_FILE, names.TOKENIZER_FILE]
+        if config.shortlist is not None:
+            manifest.update(add_shortlist(tmp, config.shortlist, cfg.tgt_vocab_size))
+            files += [names.SHORTLIST_FILE, names.SHORTLIST_DECODER_FILE]
         manifest["checksums"] = {f: sha256_file(tmp / f) for f in files}
         (tmp / names.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def sibling_shortlist(checkpoint: str | Path) -> Path | None:
+    """The shortlist table beside a checkpoint (``shortlist.npz``, as `transduce shortlist` writes it), if any."""
+    path = Path(checkpoint).parent / names.SHORTLIST_FILE
+    return path if path.is_file() else None
+
+
+def add_shortlist(model_dir: Path, table_path: Path, vocab_size: int) -> dict[str, Any]:
+    """Write the shortlist decoder graph and the table with the projection rows into an export; its manifest keys."""
+    from transduce.engine.shortlist import load_table
+    from transduce.export.shortlist_graph import shortlist_decoder
+
+    table, _ = load_table(table_path)
+    if table.vocab_size != vocab_size:
+        raise ValueError(
+            f"the shortlist {table_path} is for {table.vocab_size} pieces, the model has {vocab_size}: "
+            "build it with `transduce shortlist` for this checkpoint"
+        )
+    projection = shortlist_decoder(model_dir / names.DECODER_FILE, model_dir / names.SHORTLIST_DECODER_FILE)
+    table.save(model_dir / names.SHORTLIST_FILE, projection)
+    return {
+        "shortlist": names.SHORTLIST_FILE,
+        "shortlist_decoder": names.SHORTLIST_DECODER_FILE,
+        "shortlist_source": {"file": table_path.name, "sha256": sha256_file(table_path)},
+    }

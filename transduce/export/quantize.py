@@ -25,9 +25,12 @@ def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
     with replacing_dir(dst) as work:
         shutil.copytree(src, work, dirs_exist_ok=True)
-        for graph in (names.ENCODER_FILE, names.DECODER_FILE):
-            quantize_dynamic(src / graph, work / graph, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
         manifest = json.loads((work / names.MANIFEST_FILE).read_text())
+        graphs = [names.ENCODER_FILE, names.DECODER_FILE]
+        if "shortlist_decoder" in manifest:
+            graphs.append(str(manifest["shortlist_decoder"]))
+        for graph in graphs:
+            quantize_dynamic(src / graph, work / graph, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
         manifest["dtype"] = "int8-dynamic"
         manifest["model_name"] = manifest["model_name"] + "-int8"
         manifest["checksums"] = {f: sha256_file(work / f) for f in manifest.get("checksums", {})}

@@ -1,0 +1,214 @@
+"""Vocabulary shortlist: the table, its builder on a small corpus, the export, and equivalence with the full
+vocabulary (the reference) when the candidates hold every step's best token."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.tiny import DE, EN
+from transduce.engine.manifest import is_stale, load_manifest
+from transduce.engine.options import DecodeOptions
+from transduce.engine.runner import DecoderState
+from transduce.engine.shortlist import Shortlist, ShortlistConfig, ShortlistTable, load_table
+from transduce.engine.translator import Translator
+from transduce.export.onnx_export import ExportConfig, export_model
+from transduce.model.checkpoint import load_checkpoint
+from transduce.training.shortlist import ShortlistBuildConfig, build_table, directions, read_pairs
+
+SENTENCES = ["the house", "a small cat sees the dog", "hello world", "the red light runs", "good night"]
+
+
+def table_of(vocab_size: int, keys: list[int], frequent: list[int]) -> ShortlistTable:
+    """A table with only a frequent list (no co-occurrence candidates) for every key."""
+    none = np.zeros(vocab_size + 1, np.int64)
+    return ShortlistTable(
+        vocab_size,
+        {k: np.asarray(frequent, np.int32) for k in keys},
+        dict.fromkeys(keys, none),
+        {k: np.zeros(0, np.int32) for k in keys},
+    )
+
+
+@pytest.fixture(scope="module")
+def shortlist_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model exported with a shortlist (a table naming only eos: the tests swap tables in)."""
+    root = tmp_path_factory.mktemp("shortlist")
+    tok = load_checkpoint(tiny_checkpoint).tokenizer()
+    keys = [int(tok.tag_id(lang) or 0) for lang in ("de", "en")]
+    table_of(tok.vocab_size, keys, [tok.eos_id]).save(root / "shortlist.npz")
+    export_model(tiny_checkpoint, root / "model", ExportConfig(shortlist=root / "shortlist.npz", verify=False))
+    return root / "model"
+
+
+def with_table(translator: Translator, frequent: list[int]) -> Translator:
+    """``translator`` with its shortlist replaced by one whose candidates are ``frequent`` (plus eos, unk, source)."""
+    current = translator.runner.sessions.shortlist
+    assert current is not None
+    keys = list(current.table.offsets)
+    translator.runner.sessions.shortlist = Shortlist(
+        table_of(current.vocab_size, keys, frequent),
+        current.projection,
+        always=current.always.tolist(),
+        config=ShortlistConfig(frequent=len(frequent)),
+    )
+    return translator
+
+
+def test_export_writes_the_shortlist_graph_and_table(shortlist_model_dir: Path, tiny_model_dir: Path) -> None:
+    manifest = load_manifest(shortlist_model_dir)  # checks every listed file against its checksum
+    assert manifest.has_shortlist and not load_manifest(tiny_model_dir).has_shortlist
+    raw = json.loads((shortlist_model_dir / "manifest.json").read_text())
+    assert {"shortlist.npz", "decoder_shortlist.onnx"} <= set(raw["checksums"])
+    table, projection = load_table(shortlist_model_dir / "shortlist.npz")
+    assert projection is not None and projection.shape[0] == manifest.vocab_size == table.vocab_size
+
+
+def test_full_candidate_set_reproduces_the_full_vocabulary(shortlist_model_dir: Path, tiny_model_dir: Path) -> None:
+    full = Translator(tiny_model_dir, device="cpu", intra_threads=1)
+    short = Translator(shortlist_model_dir, device="cpu", intra_threads=1)
+    with_table(short, list(range(full.manifest.vocab_size)))
+    for beam in (1, 4):
+        options = DecodeOptions(beam_size=beam, return_scores=True, num_hypotheses=beam)
+        a = full.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+        b = short.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+        assert [r.tokens for r in a] == [r.tokens for r in b]
+        np.testing.assert_allclose([r.scores for r in a], [r.scores for r in b], atol=1e-4)
+
+
+def test_greedy_is_identical_when_the_candidates_hold_every_best_token(
+    shortlist_model_dir: Path, tiny_model_dir: Path
+) -> None:
+    full = Translator(tiny_model_dir, device="cpu", intra_threads=1, shortlist=False)
+    reference = full.translate(SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=1))
+    produced = sorted({t for r in reference for t in r.tokens[0]})
+    short = with_table(Translator(shortlist_model_dir, device="cpu", intra_threads=1), produced)
+    shortlist = short.runner.sessions.shortlist
+    assert shortlist is not None
+    sources = [short.tokenizer.encode_source(s, "de") for s in SENTENCES]
+    assert len(shortlist.candidates(sources)) < full.manifest.vocab_size // 2  # a real restriction
+    got = short.translate(SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=1))
+    assert [r.tokens for r in got] == [r.tokens for r in reference]
+    assert [r.hypotheses for r in got] == [r.hypotheses for r in reference]
+
+
+def test_the_output_stays_inside_the_candidates(shortlist_model_dir: Path, tiny_model_dir: Path) -> None:
+    full = Translator(tiny_model_dir, device="cpu", intra_threads=1)
+    reference = full.translate(SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=1))
+    produced = sorted({t for r in reference for t in r.tokens[0]})
+    dropped = produced[len(produced) // 2]  # one token the full vocabulary decodes with, no longer a candidate
+    short = with_table(Translator(shortlist_model_dir, device="cpu", intra_threads=1), produced[:1])
+    shortlist = short.runner.sessions.shortlist
+    assert shortlist is not None
+    sources = [short.tokenizer.encode_source(s, "de") for s in SENTENCES]
+    allowed = set(shortlist.candidates(sources).tolist())  # one batch: the union over its sentences
+    assert dropped not in allowed
+    for beam in (1, 4):
+        got = short.translate(SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam))
+        for result in got:
+            assert set(result.tokens[0]) <= allowed
+    assert [r.tokens for r in got] != [r.tokens for r in reference]
+
+
+def test_shortlist_off_and_merge_guard(shortlist_model_dir: Path) -> None:
+    off = Translator(shortlist_model_dir, device="cpu", intra_threads=1, shortlist=False)
+    assert off.runner.sessions.shortlist is None
+    on = Translator(shortlist_model_dir, device="cpu", intra_threads=1)
+    state = on.runner.encode(np.array([[5, 6, 3]]), np.ones((1, 3), np.int64))
+    state.projection = np.zeros((4, 8), np.float32)
+    other = on.runner.encode(np.array([[5, 3]]), np.ones((1, 2), np.int64))
+    with pytest.raises(ValueError, match="shortlist cannot be merged"):
+        on.runner.merge(state, other)
+    assert isinstance(other, DecoderState) and other.projection is None
+
+
+def test_candidates_union_of_frequent_cooccurring_source_and_always() -> None:
+    V = 20
+    offsets = np.zeros(V + 1, np.int64)
+    offsets[6:] = 3  # piece 5 -> [11, 12, 13]
+    table = ShortlistTable(V, {4: np.array([7, 8, 9], np.int32)}, {4: offsets}, {4: np.array([11, 12, 13], np.int32)})
+    shortlist = Shortlist(table, np.zeros((V, 2)), always=[3, 1], config=ShortlistConfig(frequent=2, per_piece=2))
+    assert shortlist.candidates([[4, 5, 3]]).tolist() == [1, 3, 4, 5, 7, 8, 11, 12]
+    assert shortlist.rows(np.array([2, 5])).shape == (2, 2)
+    with pytest.raises(ValueError, match="CSR"):
+        ShortlistTable(V, {4: np.array([1])}, {4: offsets[:-1]}, {4: np.array([11, 12, 13])})
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ShortlistTable(V, {4: np.array([25])}, {4: offsets}, {4: np.array([11, 12, 13])})
+    with pytest.raises(ValueError, match="one row per vocabulary piece"):
+        Shortlist(table, np.zeros((V - 1, 2)), always=[3])
+
+
+def write_corpus(path: Path) -> Path:
+    """A train.tsv where every English word of the tiny vocabulary appears with its German translation."""
+    path.mkdir(parents=True, exist_ok=True)
+    rows = ["origin\ten\tde"]
+    for i in range(len(EN)):
+        for j in (1, 2, 3):
+            k = (i + j) % len(EN)
+            rows.append(f"toy\t{EN[i]} {EN[k]}\t{DE[i]} {DE[k]}")
+    (path / "train.tsv").write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_builder_ranks_the_translation_first(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    tok = load_checkpoint(tiny_checkpoint).tokenizer()
+    columns, pairs = read_pairs(write_corpus(tmp_path / "corpus"), 1000, 0)
+    assert columns == ("en", "de") and len(pairs) == 3 * len(EN)
+    wanted = directions(columns, tok, [("en", "de"), ("de", "en")])
+    table = build_table(pairs, tok, wanted, ShortlistBuildConfig(per_piece=3, frequent=5))
+    de_key = tok.tag_id("de")
+    assert de_key is not None and set(table.offsets) == {tok.tag_id("de"), tok.tag_id("en")}
+    hits = 0
+    for en, de in zip(EN, DE, strict=True):
+        source, target = tok.encode(en), tok.encode(de)
+        if len(source) != 1 or len(target) != 1:
+            continue  # words split into several pieces share them with others
+        off = table.offsets[de_key]
+        hits += int(table.targets[de_key][off[source[0]] : off[source[0] + 1]][0] == target[0])
+    assert hits >= 10
+    assert len(table.frequent[de_key]) == 5
+    with pytest.raises(ValueError, match="none of the model's pairs"):
+        directions(columns, tok, [("en", "fr")])
+
+
+def test_cli_builds_a_table_the_export_picks_up(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from transduce.cli import main
+
+    checkpoint = tmp_path / "ckpt" / "checkpoint.pt"
+    checkpoint.parent.mkdir()
+    shutil.copy(tiny_checkpoint, checkpoint)
+    corpus = write_corpus(tmp_path / "corpus")
+    assert main(["shortlist", "--data", str(corpus), "--checkpoint", str(checkpoint)]) == 0
+    table = checkpoint.parent / "shortlist.npz"
+    assert table.is_file()
+    assert main(["export", str(checkpoint), str(tmp_path / "model"), "--no-verify"]) == 0
+    assert load_manifest(tmp_path / "model").has_shortlist
+    assert not is_stale(checkpoint, tmp_path / "model", table)
+    table.write_bytes(table.read_bytes() + b"\0")
+    assert is_stale(checkpoint, tmp_path / "model", table)
+    assert main(["shortlist", "--data", str(tmp_path / "nowhere"), "--checkpoint", str(checkpoint)]) == 1
+
+
+def test_a_final_logits_bias_is_refused_with_what_to_do(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import torch
+
+    from transduce.model.checkpoint import save_checkpoint
+    from transduce.model.config import ModelConfig
+    from transduce.model.transformer import Transformer
+
+    base = load_checkpoint(tiny_checkpoint)
+    model = Transformer(ModelConfig.from_dict({**base.config.to_dict(), "final_logits_bias": True}))
+    model.load_state_dict(base.model.state_dict(), strict=False)
+    with torch.no_grad():
+        assert model.logits_bias is not None
+        model.logits_bias.normal_(0.0, 0.1)
+    save_checkpoint(tmp_path / "biased.pt", model.eval(), base.tokenizer_model)
+    tok = base.tokenizer()
+    table_of(tok.vocab_size, [int(tok.tag_id("de") or 0)], [tok.eos_id]).save(tmp_path / "shortlist.npz")
+    with pytest.raises(ValueError, match="final logits bias.*--no-shortlist"):
+        export_model(tmp_path / "biased.pt", tmp_path / "model", ExportConfig(shortlist=tmp_path / "shortlist.npz"))
+    assert not (tmp_path / "model").exists()  # nothing half-written

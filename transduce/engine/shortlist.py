@@ -1,0 +1,139 @@
+"""Vocabulary shortlist (Marian's lexical shortlist, CTranslate2's vmap): per batch, the decoder scores only the
+target pieces that can plausibly appear in its translations, instead of the whole vocabulary.
+
+The candidates of a batch are the union of
+- the ``frequent`` most frequent pieces of the target language (function words, punctuation),
+- for every source piece of the batch, its ``per_piece`` best translation candidates from a co-occurrence table
+  built on the training corpus (``transduce shortlist``),
+- the batch's own source pieces (names, numbers and placeholders are copied through),
+- the control ids (eos, unk).
+
+The output projection rows of those candidates are gathered once per batch into a (C, d_model) matrix that the
+shortlist decoder graph takes as an input, so every step multiplies by C rows instead of V. Log-probs are normalised
+over the candidates: whenever a step's best full-vocabulary token is among them, greedy search picks the same token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+NO_TAG = -1  # table key of a model without target-language tags (one direction)
+
+
+@dataclass(frozen=True)
+class ShortlistTable:
+    """Co-occurrence candidates per target direction, keyed by the id of the target-language tag (``NO_TAG`` for an
+    untagged model): ``frequent[key]`` the most frequent target pieces, best first; ``offsets[key]`` (V + 1,) and
+    ``targets[key]`` the CSR lists of candidates per source piece id, best first."""
+
+    vocab_size: int
+    frequent: dict[int, np.ndarray]
+    offsets: dict[int, np.ndarray]
+    targets: dict[int, np.ndarray]
+
+    def __post_init__(self) -> None:
+        keys = set(self.frequent)
+        if not keys or keys != set(self.offsets) or keys != set(self.targets):
+            raise ValueError("a shortlist table needs frequent, offsets and targets for the same, non-empty keys")
+        for key in keys:
+            off, tgt = self.offsets[key], self.targets[key]
+            if off.shape != (self.vocab_size + 1,) or off[0] != 0 or off[-1] != len(tgt) or np.any(np.diff(off) < 0):
+                raise ValueError(f"shortlist offsets of key {key} are not a CSR index over {self.vocab_size} pieces")
+            for arr in (tgt, self.frequent[key]):
+                if len(arr) and (arr.min() < 0 or arr.max() >= self.vocab_size):
+                    raise ValueError(f"shortlist of key {key} names ids outside the vocabulary ({self.vocab_size})")
+
+    def save(self, path: str | Path, projection: np.ndarray | None = None) -> None:
+        """Write the table (and, in a model directory, the output projection rows (V, d_model)) as one .npz."""
+        arrays: dict[str, np.ndarray] = {"vocab_size": np.array(self.vocab_size)}
+        for key in self.frequent:
+            arrays[f"frequent.{key}"] = self.frequent[key].astype(np.int32)
+            arrays[f"offsets.{key}"] = self.offsets[key].astype(np.int64)
+            arrays[f"targets.{key}"] = self.targets[key].astype(np.int32)
+        if projection is not None:
+            arrays["projection"] = np.ascontiguousarray(projection, dtype=np.float32)
+        with open(path, "wb") as f:
+            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # numpy stubs type the allow_pickle keyword
+
+
+def load_table(path: str | Path) -> tuple[ShortlistTable, np.ndarray | None]:
+    """A table written by ``ShortlistTable.save`` and its projection rows (None when it has none)."""
+    try:
+        with np.load(path) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"{path} is not a shortlist file: {exc}") from exc
+    if "vocab_size" not in arrays:
+        raise ValueError(f"{path} is not a shortlist file: it has no vocab_size")
+    parts: dict[str, dict[int, np.ndarray]] = {"frequent": {}, "offsets": {}, "targets": {}}
+    for name, value in arrays.items():
+        kind, _, key = name.partition(".")
+        if kind in parts and key.lstrip("-").isdigit():
+            parts[kind][int(key)] = value
+    table = ShortlistTable(int(arrays["vocab_size"]), parts["frequent"], parts["offsets"], parts["targets"])
+    return table, arrays.get("projection")
+
+
+@dataclass(frozen=True)
+class ShortlistConfig:
+    """How many candidates a batch takes from the table."""
+
+    frequent: int = 256  # most frequent target pieces, always candidates
+    per_piece: int = 16  # best co-occurrence candidates per source piece
+
+    def __post_init__(self) -> None:
+        if self.frequent < 0 or self.per_piece < 0:
+            raise ValueError(f"shortlist sizes must be >= 0, got frequent={self.frequent}, per_piece={self.per_piece}")
+
+
+class Shortlist:
+    """A table and the output projection rows of one model: candidates and their projection per batch."""
+
+    def __init__(
+        self,
+        table: ShortlistTable,
+        projection: np.ndarray,
+        *,
+        always: Sequence[int],
+        config: ShortlistConfig | None = None,
+    ) -> None:
+        if projection.ndim != 2 or projection.shape[0] != table.vocab_size:
+            raise ValueError(
+                f"the projection must have one row per vocabulary piece ({table.vocab_size}), got {projection.shape}"
+            )
+        self.table, self.config = table, config or ShortlistConfig()
+        self.projection = np.ascontiguousarray(projection, dtype=np.float32)  # (V, d_model)
+        self.always = np.asarray(sorted(set(always)), dtype=np.int64)
+        self._frequent = {k: v[: self.config.frequent].astype(np.int64) for k, v in table.frequent.items()}
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the full vocabulary."""
+        return self.table.vocab_size
+
+    def candidates(self, sources: Sequence[Sequence[int]]) -> np.ndarray:
+        """Sorted target ids a batch of source id sequences may produce (its tag, when the model has tags, picks the
+        direction's table; an unknown first id uses every table of the model)."""
+        t, K = self.table, self.config.per_piece
+        parts = [self.always]
+        for seq in sources:
+            ids = np.unique(np.asarray(seq, dtype=np.int64))
+            ids = ids[(ids >= 0) & (ids < t.vocab_size)]
+            parts.append(ids)
+            keys = [int(seq[0])] if len(seq) and int(seq[0]) in t.offsets else list(t.offsets)
+            for key in keys:
+                if K:
+                    start, end = t.offsets[key][ids], np.minimum(t.offsets[key][ids] + K, t.offsets[key][ids + 1])
+                    spans = [t.targets[key][a:b] for a, b in zip(start.tolist(), end.tolist(), strict=True) if b > a]
+                    if spans:
+                        parts.append(np.concatenate(spans).astype(np.int64))
+                parts.append(self._frequent[key])
+        return np.unique(np.concatenate(parts))
+
+    def rows(self, candidates: np.ndarray) -> np.ndarray:
+        """The projection rows of ``candidates``: (C, d_model), contiguous, for the shortlist decoder's input."""
+        return np.take(self.projection, candidates, axis=0)
