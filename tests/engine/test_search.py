@@ -412,3 +412,14 @@ def test_beam_stops_early_only_when_nothing_can_change(alpha: float, n_best: int
         assert steps[s] <= ref_steps
         saved += ref_steps - int(steps[s])
     assert saved > 0  # the bound lets some sentences stop before beam_size hypotheses finished
+
+
+def test_greedy_reports_whether_rows_moved() -> None:
+    search = GreedySearch(3, eos_id=EOS, max_lengths=[10, 10, 10])
+    keep_going = np.stack([lp(0.1, 0.2, 0.7)] * 3)  # no row picks eos
+    out = search.advance(keep_going)
+    assert not out.reordered and out.parent_rows.tolist() == [0, 1, 2] and out.tokens.tolist() == [2, 2, 2]
+    one_ends = np.stack([lp(0.1, 0.2, 0.7), lp(*([0.0] * EOS), 0.9), lp(0.1, 0.2, 0.7)])  # row 1 picks eos
+    out = search.advance(one_ends)
+    assert out.reordered and out.parent_rows.tolist() == [0, 2]
+    assert search.finalize()[1][0].tokens == [2]

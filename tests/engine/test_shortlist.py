@@ -212,3 +212,15 @@ def test_a_final_logits_bias_is_refused_with_what_to_do(tiny_checkpoint: Path, t
     with pytest.raises(ValueError, match="final logits bias.*--no-shortlist"):
         export_model(tmp_path / "biased.pt", tmp_path / "model", ExportConfig(shortlist=tmp_path / "shortlist.npz"))
     assert not (tmp_path / "model").exists()  # nothing half-written
+
+
+def test_int8_quantisation_keeps_the_full_vocabulary(shortlist_model_dir: Path, tmp_path: Path) -> None:
+    from transduce.export.quantize import quantize_model_dir
+
+    manifest = quantize_model_dir(shortlist_model_dir, tmp_path / "int8")
+    assert "shortlist" not in manifest and "shortlist_decoder" not in manifest
+    assert not (tmp_path / "int8" / "shortlist.npz").exists()
+    assert not (tmp_path / "int8" / "decoder_shortlist.onnx").exists()
+    translator = Translator(tmp_path / "int8", device="cpu", intra_threads=1)  # checksums of every listed file hold
+    assert translator.runner.sessions.shortlist is None
+    assert translator.translate(["the house"], source_lang="en", target_lang="de")[0].hypotheses[0]

@@ -188,7 +188,6 @@ RUNNERS = {
     "transduce-cpu-int8": run_transduce,
     "transduce-cuda-fp16": run_transduce,
     "transduce-cpu-fp32-full": run_transduce,
-    "transduce-cpu-int8-full": run_transduce,
     "transformers": run_transformers,
     "ctranslate2-fp32": run_ctranslate2,
     "ctranslate2-int8": run_ctranslate2,

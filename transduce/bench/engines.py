@@ -22,7 +22,6 @@ ENGINES = (
     "transduce-cpu-fp32",
     "transduce-cpu-fp32-full",
     "transduce-cpu-int8",
-    "transduce-cpu-int8-full",
     "transduce-cuda-fp16",
     "transformers",
     "ctranslate2-fp32",
@@ -76,8 +75,7 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
         export_model(checkpoint, paths["onnx"], ExportConfig(shortlist=shortlist))
     if "transduce-cuda-fp16" in engines and not paths["fp16"].exists() and available("transduce-cuda-fp16") is None:
         export_model(checkpoint, paths["fp16"], ExportConfig(dtype="float16"))
-    if not paths["int8"].exists():
-        quantize_model_dir(paths["onnx"], paths["int8"])
+    quantize_model_dir(paths["onnx"], paths["int8"])  # every run (seconds): never a stale quantisation
     if not paths["hf"].exists():
         export_marian(checkpoint, paths["hf"])
     try:
@@ -99,7 +97,6 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
         "transduce-cpu-fp32": str(paths["onnx"]),
         "transduce-cpu-int8": str(paths["int8"]),
         "transduce-cpu-fp32-full": str(paths["onnx"]),
-        "transduce-cpu-int8-full": str(paths["int8"]),
         "transduce-cuda-fp16": str(paths["fp16"]),
         "transformers": str(paths["hf"]),
         "ctranslate2-fp32": str(paths["ct2"]),

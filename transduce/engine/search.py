@@ -28,6 +28,7 @@ class StepOutput:
     tokens: np.ndarray  # (R',) int64: next input token of each surviving row
     parent_rows: np.ndarray  # (R',) int64: row of the previous step each surviving row continues (cache gather)
     parent_sentences: np.ndarray  # (N',) int64: previous position of each surviving sentence (per-sentence gather)
+    reordered: bool = True  # False: every row survived in place (the parents are the identity, no gather needed)
 
 
 @runtime_checkable
@@ -167,6 +168,11 @@ class GreedySearch:
         self._scores += log_probs[np.arange(R), best]
         self._step += 1
         ended = (best == self.eos_id) | (self._step >= self.max_lengths[self._rows])  # (R,)
+        if not ended.any():  # the common step: every row goes on in place
+            best = best.astype(np.int64, copy=False)
+            self._seqs = np.concatenate([self._seqs, best[:, None]], axis=1)
+            same = np.arange(R, dtype=np.int64)
+            return StepOutput(best, same, same, reordered=False)
         lp = float(length_penalty(self._step, self.alpha))
         for r in np.flatnonzero(ended).tolist():
             tokens = self._seqs[r].tolist() + ([] if best[r] == self.eos_id else [int(best[r])])

@@ -202,11 +202,12 @@ class Translator:
             steps += 1
             if search.is_done():
                 break
-            self.runner.reorder(
-                state,
-                unless_identity(out.parent_rows, len(tokens)),
-                unless_identity(out.parent_sentences, len(state.encoder_mask)),
-            )
+            if out.reordered:
+                self.runner.reorder(
+                    state,
+                    unless_identity(out.parent_rows, len(tokens)),
+                    unless_identity(out.parent_sentences, len(state.encoder_mask)),
+                )
             tokens = out.tokens if vocab is None else vocab[out.tokens]
         hypotheses = search.finalize()
         if vocab is not None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce.engine import io_names as names
-from transduce.model.transformer import Transformer
+from transduce.model.transformer import DecoderLayer, Transformer, sublayer
 
 
 class EncoderGraph(nn.Module):
@@ -30,6 +33,12 @@ class DecoderStepGraph(nn.Module):
 
     Rows of input_ids, position_ids, decoder_attention_mask and past K/V are hypotheses; encoder_attention_mask and
     cross K/V have one row per sentence.
+
+    The same computation as ``Transformer.decode_step`` for one new token per row, written for the exported graph:
+    activations stay (R, d_model), so head splits are reshapes with constant shapes and the projections become
+    onnxruntime Gemms, and each attention mask becomes an additive bias once for all layers; the graph has about half
+    the nodes of a trace of the general ``decode_step`` (which handles any number of new tokens), and a decoder step
+    at batch 1 is mostly per-node overhead. Export verification compares it with ``decode_step`` in PyTorch.
     """
 
     def __init__(self, model: Transformer) -> None:
@@ -46,19 +55,39 @@ class DecoderStepGraph(nn.Module):
         *caches: Tensor,
     ) -> tuple[Tensor, ...]:
         """One incremental decoding step: one new token per row, at the row's own position."""
-        L = self.n_layers
-        past = [(caches[2 * i], caches[2 * i + 1]) for i in range(L)]
-        cross = [(caches[2 * L + 2 * i], caches[2 * L + 2 * i + 1]) for i in range(L)]
-        logits, present = self.model.decode_step(
-            input_ids,
-            cross,
-            encoder_attention_mask.bool(),
-            past,
-            positions=position_ids,
-            self_mask=decoder_attention_mask.bool(),
-        )
-        log_probs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (B, V)
-        return (log_probs, *[t for kv in present for t in kv])
+        m, L = self.model, self.n_layers
+        h, d_k, d = m.config.n_heads, m.config.d_k, m.config.d_model
+        pe = cast(Tensor, m.pe)
+        x = m.tgt_embed(input_ids[:, 0]) * m.embed_scale + pe[position_ids]  # (R, d_model)
+        blocked = torch.finfo(x.dtype).min  # additive mask: a blocked position's weight underflows to 0
+        zero = torch.zeros((), dtype=x.dtype)
+        self_bias = torch.where(decoder_attention_mask.bool(), zero, blocked)[:, None, None, :]  # (R, 1, 1, P+1)
+        cross_bias = torch.where(encoder_attention_mask.bool(), zero, blocked)[:, None, :]  # (N, 1, 1, S) below
+        cross_bias = cross_bias[:, :, None, :]
+        sentences = encoder_attention_mask.shape[0]  # N: beams of a sentence share its cross K/V
+        scale = 1.0 / math.sqrt(d_k)
+        present: list[Tensor] = []
+        for i, layer in enumerate(m.decoder_layers):
+            layer = cast(DecoderLayer, layer)
+            s0, s1, s2 = (sublayer(layer, j) for j in range(3))
+            a = s0.normed_input(x)
+            attn = layer.self_attn
+            q = attn.q_proj(a).reshape(-1, h, 1, d_k)  # (R, h, 1, d_k)
+            k = torch.cat([caches[2 * i], attn.k_proj(a).reshape(-1, h, 1, d_k)], dim=2)  # (R, h, P+1, d_k)
+            v = torch.cat([caches[2 * i + 1], attn.v_proj(a).reshape(-1, h, 1, d_k)], dim=2)
+            weights = torch.softmax((q @ k.transpose(-2, -1)) * scale + self_bias, dim=-1)  # (R, h, 1, P+1)
+            x = s0(x, attn.out_proj((weights @ v).reshape(-1, d)))
+            present += [k, v]
+            attn = layer.cross_attn
+            ck, cv = caches[2 * L + 2 * i], caches[2 * L + 2 * i + 1]  # (N, h, S, d_k)
+            q = attn.q_proj(s1.normed_input(x)).reshape(sentences, -1, h, d_k).transpose(1, 2)  # (N, h, k, d_k)
+            weights = torch.softmax((q @ ck.transpose(-2, -1)) * scale + cross_bias, dim=-1)  # (N, h, k, S)
+            x = s1(x, attn.out_proj((weights @ cv).transpose(1, 2).reshape(-1, d)))  # (R, d_model)
+            x = s2(x, layer.feed_forward(s2.normed_input(x)))
+        logits = m.generator(m.decoder_norm(x))  # (R, V)
+        if m.logits_bias is not None:
+            logits = logits + m.logits_bias
+        return (F.log_softmax(logits.float(), dim=-1), *present)
 
 
 def dummy_inputs(
