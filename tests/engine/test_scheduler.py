@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 
 from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig
+from transduce.engine.runner import DecoderState
 from transduce.engine.scheduler import StepScheduler, StepStats
 from transduce.engine.translator import Translator
 
@@ -121,7 +123,14 @@ async def test_deadline_passes_and_the_sentences_are_dropped(tiny_translator: Tr
             await scheduler.submit(EN, source_lang="en", target_lang="de", deadline=loop.time() - 1)
 
 
-async def test_queue_limits_and_closed(tiny_translator: Translator) -> None:
+async def test_queue_limits_and_closed(tiny_translator: Translator, monkeypatch: pytest.MonkeyPatch) -> None:
+    step = tiny_translator.runner.step
+
+    def slow_step(tokens: np.ndarray, state: DecoderState) -> np.ndarray:
+        time.sleep(0.02)  # the queue must still hold the first request's sentences when the second one comes
+        return step(tokens, state)
+
+    monkeypatch.setattr(tiny_translator.runner, "step", slow_step)
     async with running(tiny_translator, max_batch_size=1, max_queue_items=4) as (scheduler, _):
         with pytest.raises(RequestTooLargeError):
             await scheduler.submit(EN, source_lang="en", target_lang="de")

@@ -108,3 +108,17 @@ def test_failed_quantisation_leaves_the_old_directory(tiny_model_dir: Path, tmp_
         quantize_model_dir(broken, dst)
     assert {f.name: f.read_bytes() for f in dst.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp directory left behind
+
+
+def test_int8_quantises_every_weight_matrix_of_the_decoder(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import onnx
+
+    from transduce.engine.manifest import load_manifest
+    from transduce.export.quantize import quantize_model_dir
+
+    quantize_model_dir(tiny_model_dir, tmp_path / "int8")
+    L = load_manifest(tiny_model_dir).n_layers
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "int8" / "decoder.onnx")).graph.node]
+    # per layer q, k, v, out of self-attention, q and out of cross-attention, two feed-forward matrices; the output
+    # projection (a projection exported as Gemm would be left in float32 by dynamic quantisation)
+    assert ops.count("MatMulInteger") == 8 * L + 1 and "Gemm" not in ops

@@ -35,10 +35,11 @@ class DecoderStepGraph(nn.Module):
     cross K/V have one row per sentence.
 
     The same computation as ``Transformer.decode_step`` for one new token per row, written for the exported graph:
-    activations stay (R, d_model), so head splits are reshapes with constant shapes and the projections become
-    onnxruntime Gemms, and each attention mask becomes an additive bias once for all layers; the graph has about half
-    the nodes of a trace of the general ``decode_step`` (which handles any number of new tokens), and a decoder step
-    at batch 1 is mostly per-node overhead. Export verification compares it with ``decode_step`` in PyTorch.
+    with one position per row, head splits and merges are reshapes with constant shapes, and each attention mask
+    becomes an additive bias once for all layers; the graph has about half the nodes of a trace of the general
+    ``decode_step`` (which handles any number of new tokens), and a decoder step at batch 1 is mostly per-node
+    overhead. Activations keep their (R, 1, d_model) shape so the projections stay MatMuls, which int8 quantisation
+    handles (it does not quantise Gemm). Export verification compares it with ``decode_step`` in PyTorch.
     """
 
     def __init__(self, model: Transformer) -> None:
@@ -58,7 +59,7 @@ class DecoderStepGraph(nn.Module):
         m, L = self.model, self.n_layers
         h, d_k, d = m.config.n_heads, m.config.d_k, m.config.d_model
         pe = cast(Tensor, m.pe)
-        x = m.tgt_embed(input_ids[:, 0]) * m.embed_scale + pe[position_ids]  # (R, d_model)
+        x = m.tgt_embed(input_ids) * m.embed_scale + pe[position_ids][:, None, :]  # (R, 1, d_model)
         blocked = torch.finfo(x.dtype).min  # additive mask: a blocked position's weight underflows to 0
         zero = torch.zeros((), dtype=x.dtype)
         self_bias = torch.where(decoder_attention_mask.bool(), zero, blocked)[:, None, None, :]  # (R, 1, 1, P+1)
@@ -76,18 +77,18 @@ class DecoderStepGraph(nn.Module):
             k = torch.cat([caches[2 * i], attn.k_proj(a).reshape(-1, h, 1, d_k)], dim=2)  # (R, h, P+1, d_k)
             v = torch.cat([caches[2 * i + 1], attn.v_proj(a).reshape(-1, h, 1, d_k)], dim=2)
             weights = torch.softmax((q @ k.transpose(-2, -1)) * scale + self_bias, dim=-1)  # (R, h, 1, P+1)
-            x = s0(x, attn.out_proj((weights @ v).reshape(-1, d)))
+            x = s0(x, attn.out_proj((weights @ v).reshape(-1, 1, d)))
             present += [k, v]
             attn = layer.cross_attn
             ck, cv = caches[2 * L + 2 * i], caches[2 * L + 2 * i + 1]  # (N, h, S, d_k)
             q = attn.q_proj(s1.normed_input(x)).reshape(sentences, -1, h, d_k).transpose(1, 2)  # (N, h, k, d_k)
             weights = torch.softmax((q @ ck.transpose(-2, -1)) * scale + cross_bias, dim=-1)  # (N, h, k, S)
-            x = s1(x, attn.out_proj((weights @ cv).transpose(1, 2).reshape(-1, d)))  # (R, d_model)
+            x = s1(x, attn.out_proj((weights @ cv).transpose(1, 2).reshape(-1, 1, d)))  # (R, 1, d_model)
             x = s2(x, layer.feed_forward(s2.normed_input(x)))
-        logits = m.generator(m.decoder_norm(x))  # (R, V)
+        logits = m.generator(m.decoder_norm(x))  # (R, 1, V)
         if m.logits_bias is not None:
             logits = logits + m.logits_bias
-        return (F.log_softmax(logits.float(), dim=-1), *present)
+        return (F.log_softmax(logits.float(), dim=-1).reshape(-1, logits.shape[-1]), *present)  # (R, V)
 
 
 def dummy_inputs(

@@ -213,7 +213,7 @@ def add_shortlist(model_dir: Path, table_path: Path, vocab_size: int) -> dict[st
             f"the shortlist {table_path} is for {table.vocab_size} pieces, the model has {vocab_size}: "
             "build it with `transduce shortlist` for this checkpoint"
         )
-    projection = shortlist_decoder(model_dir / names.DECODER_FILE, model_dir / names.SHORTLIST_DECODER_FILE)
+    projection = shortlist_decoder(model_dir / names.DECODER_FILE, model_dir / names.SHORTLIST_DECODER_FILE, vocab_size)
     table.save(model_dir / names.SHORTLIST_FILE, projection)
     return {
         "shortlist": names.SHORTLIST_FILE,

@@ -4,26 +4,24 @@ candidates a batch may produce, instead of the (d_model, V) weight; see ``transd
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from transduce.engine import io_names as names
 
 
-def shortlist_decoder(decoder: Path, out: Path) -> np.ndarray:
+def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
     """Write the shortlist variant of ``decoder`` to ``out``; returns the projection rows (V, d_model) it no longer
-    holds. The projection is the last MatMul before ``log_probs`` whose second input is a (d_model, V) weight."""
+    holds. The projection is the last MatMul whose second input is a (d_model, ``vocab``) weight."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(decoder))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    vocab = _output_dim(graph, names.DEC_LOG_PROBS)
     matmuls = [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in inits]
     proj = [n for n in matmuls if list(inits[n.input[1]].dims)[-1:] == [vocab]]
-    if vocab is None or not proj:
+    if not proj:
         raise ValueError(
             f"{decoder} has no output projection MatMul onto {vocab} pieces: cannot make a shortlist graph"
         )
@@ -51,10 +49,10 @@ def shortlist_decoder(decoder: Path, out: Path) -> np.ndarray:
         helper.make_tensor_value_info(names.DEC_VOCAB_PROJECTION, elem, [names.CANDIDATE_AXIS, weight.shape[0]])
     )
     for output in graph.output:
-        if output.name == names.DEC_LOG_PROBS:
-            dims = output.type.tensor_type.shape.dim
-            dims[1].ClearField("dim_value")
-            dims[1].dim_param = names.CANDIDATE_AXIS
+        if output.name == names.DEC_LOG_PROBS and len(output.type.tensor_type.shape.dim) == 2:
+            dim = output.type.tensor_type.shape.dim[1]
+            dim.ClearField("dim_value")
+            dim.dim_param = names.CANDIDATE_AXIS
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
     return np.ascontiguousarray(weight.T)
@@ -65,11 +63,3 @@ def _elem_type(weight: np.ndarray) -> int:
     from onnx import TensorProto
 
     return {np.dtype("float32"): TensorProto.FLOAT, np.dtype("float16"): TensorProto.FLOAT16}[weight.dtype]
-
-
-def _output_dim(graph: Any, name: str) -> int | None:
-    for output in graph.output:
-        if output.name == name:
-            dim = output.type.tensor_type.shape.dim[1]
-            return int(dim.dim_value) if dim.HasField("dim_value") else None
-    return None
