@@ -480,9 +480,33 @@ def test_lifecycle_errors_and_empty_submit() -> None:
         ({"max_batch_size": 2.5}, "max_batch_size must be a positive integer"),
         ({"max_wait_ms": -1}, "max_wait_ms must be a finite number >= 0"),
         ({"max_wait_ms": float("nan")}, "max_wait_ms must be a finite number >= 0"),
+        ({"workers": 0}, "workers must be a positive integer"),
     ],
 )
 def test_config_validation(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         BatcherConfig(**kwargs)
     assert BatcherConfig(max_wait_ms=0).max_wait_ms == 0
+
+
+def test_two_workers_run_a_second_batch_while_the_first_is_held() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        batcher = make(recorder, max_wait_ms=0, workers=2)
+        await batcher.start()
+        first = await hold_worker(batcher, recorder)  # worker 1 is blocked inside process()
+        assert await batcher.submit("a", ["x", "y"]) == ["a:X", "a:Y"]  # worker 2 serves meanwhile
+        assert recorder.max_active == 2 and len(recorder.threads) == 2
+        assert not first.done() and batcher.in_flight == 1
+        second = asyncio.create_task(batcher.submit("h2", ["hold"]))  # now both workers are blocked
+        await until(lambda: batcher.in_flight == 2)
+        third = asyncio.create_task(batcher.submit("c", ["w"]))
+        await until(lambda: batcher.queue_depth == 1)
+        await asyncio.sleep(0.05)
+        assert not third.done() and batcher.queue_depth == 1  # no third worker
+        recorder.gate.set()
+        assert await first == ["hold:HOLD"] and await second == ["h2:HOLD"] and await third == ["c:W"]
+        await batcher.stop()
+
+    run(main, recorder)

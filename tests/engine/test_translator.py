@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -214,3 +216,32 @@ def test_only_the_decoder_pool_spins(tiny_model_dir: Path) -> None:
     assert model.encoder.get_session_options().get_session_config_entry(key) == "0"
     assert model.decoder.get_session_options().get_session_config_entry(key) == "1"
     assert model.decoder.get_session_options().intra_op_num_threads == 2
+
+
+def test_replicas_decode_side_by_side_with_the_same_outputs(tiny_model_dir: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    one = Translator(tiny_model_dir, device="cpu", intra_threads=1)
+    two = Translator(tiny_model_dir, device="cpu", intra_threads=1, replicas=2)
+    assert len(two.runners) == 2 and two.runners[0] is two.runner
+    entered = threading.Barrier(2, timeout=10)
+    used: set[int] = set()
+    for i, runner in enumerate(two.runners):
+        encode = runner.encode
+
+        def both_inside(ids: Any, mask: Any, encode: Any = encode, i: int = i) -> Any:
+            used.add(i)
+            entered.wait()  # returns only once the other replica is inside encode too
+            return encode(ids, mask)
+
+        runner.encode = both_inside  # type: ignore[method-assign,assignment]
+    sentences = [["the house", "a small cat sees the dog"], ["hello world", "good night"]]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda s: two.translate(s, source_lang="en", target_lang="de"), sentences))
+    assert used == {0, 1}
+    for batch, results in zip(sentences, got, strict=True):
+        assert [r.tokens for r in results] == [
+            r.tokens for r in one.translate(batch, source_lang="en", target_lang="de")
+        ]
+    with pytest.raises(ValueError, match="replicas must be a positive integer"):
+        Translator(tiny_model_dir, device="cpu", replicas=0)

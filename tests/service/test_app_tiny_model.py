@@ -5,13 +5,20 @@ Request shapes, limits, errors and operations are tested over the fake (test_app
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+from pathlib import Path
 
+import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 
-from tests.service.harness import EN_DE, post_then_hang_up, serve, wait_until
+from tests.service.harness import EN_DE, build_app, post_then_hang_up, serve, wait_until
 from transduce.engine.options import DecodeOptions
 from transduce.engine.translator import Translator
+from transduce.service.config import Settings
+from transduce.service.engine_api import TranslatorLike
+from transduce.service.main import load_translator
 
 pytestmark = pytest.mark.anyio
 SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!"]
@@ -124,3 +131,31 @@ async def test_the_runaway_guard_is_a_setting(tiny_translator: Translator, sched
             produced = len(by_text[sentence].tokens[0])  # generated pieces, eos not included
             assert produced <= cap, (sentence, produced, cap)
     assert produced == cap  # the random model ran to the tight cap: the setting, not the model, stopped it
+
+
+async def test_engine_replicas_serve_concurrent_requests_like_one(
+    tiny_translator: Translator, tiny_model_dir: Path
+) -> None:
+    loaded: list[TranslatorLike] = []
+
+    def factory(settings: Settings) -> TranslatorLike:
+        loaded.append(load_translator(settings))
+        return loaded[-1]
+
+    app = build_app(factory=factory, model_dir=str(tiny_model_dir), device="cpu", engine_replicas=2, max_wait_ms=0)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        LifespanManager(app, startup_timeout=30),
+        httpx.AsyncClient(transport=transport, base_url="http://test") as client,
+    ):
+        queries = SENTENCES * 3
+        replies = await asyncio.gather(
+            *(client.post("/translate", json={"q": q, **EN_DE, "beam_size": 1}) for q in queries)
+        )
+    engine = loaded[0]
+    assert isinstance(engine, Translator) and len(engine.runners) == 2
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)  # the cores shared out between the replicas
+    assert all(r.sessions.options.intra_op_num_threads == threads for r in engine.runners)
+    for query, reply in zip(queries, replies, strict=True):
+        assert reply.status_code == 200, reply.text
+        assert reply.json() == {"translatedText": alone(tiny_translator, query, beam=1)[0]}

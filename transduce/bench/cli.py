@@ -24,7 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=256, help="requests per concurrency level (load)")
     parser.add_argument("--concurrency", default="1,4,16,64", help="client counts (load)")
     parser.add_argument("--beam-size", type=int, default=4, help="beam size (load)")
-    parser.add_argument("--modes", default="step,static,off", help="service modes to compare (load)")
+    parser.add_argument(
+        "--modes",
+        default="step,static,replicas,off",
+        help="service modes to compare (load); replicas: static batching with one engine replica per thread",
+    )
     parser.add_argument(
         "--threads",
         default="1,2",

@@ -54,7 +54,7 @@ def _cpu_seconds(pid: int) -> dict[str, float]:
     return {"server": server, "event_loop": loop}
 
 
-MODES = ("step", "static", "off")
+MODES = ("step", "static", "replicas", "off")  # replicas: static batching, one engine replica per thread
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, A
 
 
 def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
-    """`transduce serve` as a subprocess on loopback in ``mode`` (step, static, or off: static with batches of 1)."""
+    """`transduce serve` as a subprocess on loopback in ``mode`` (step, static, replicas: static with ``threads``
+    engine replicas of one thread each, or off: static with batches of 1)."""
     port = _free_port()
     env = {
         **os.environ,
@@ -126,7 +127,8 @@ def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[byt
         "TRANSDUCE_MAX_WAIT_MS": "0" if mode == "off" else "5",
         "TRANSDUCE_MAX_QUEUE_ITEMS": "100000",
         "TRANSDUCE_REQUEST_TIMEOUT_S": "600",
-        "TRANSDUCE_INTRA_THREADS": str(threads),
+        "TRANSDUCE_INTRA_THREADS": "1" if mode == "replicas" else str(threads),
+        "TRANSDUCE_ENGINE_REPLICAS": str(threads) if mode == "replicas" else "1",
         "TRANSDUCE_LOG_JSON": "false",
         "TRANSDUCE_CACHE_SIZE": "0",  # the workload repeats its sentences: measure decoding, not cache hits
     }

@@ -1,4 +1,4 @@
-"""Dynamic batching across requests: a bounded queue, batches cut by size/tokens/wait, one worker thread."""
+"""Dynamic batching across requests: a bounded queue, batches cut by size/tokens/wait, one or more worker threads."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ class BatcherConfig:
     max_batch_tokens: int = 4096  # sum of item costs per process() call (an item costlier than this goes alone)
     max_wait_ms: float = 5.0  # how long the oldest queued item waits for company (monotonic deadline)
     max_queue_items: int = MAX_QUEUE_ITEMS  # bounded queue: a submit that would exceed it is refused at once
+    workers: int = 1  # process() calls running at once, each on its own thread (process must then be thread-safe)
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_batch_tokens", "max_queue_items"):
+        for name in ("max_batch_size", "max_batch_tokens", "max_queue_items", "workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -126,7 +127,7 @@ class DynamicBatcher(Generic[K, T, R]):
     ) -> None:
         self.process, self.config, self.cost, self.on_batch = process, config or BatcherConfig(), cost, on_batch
         self._queue: deque[_Item[K, T, R]] = deque()
-        self._running: list[_Item[K, T, R]] = []
+        self._running: list[list[_Item[K, T, R]]] = []  # the batches inside process() calls now
         self._wakeup: asyncio.Event | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
@@ -139,8 +140,8 @@ class DynamicBatcher(Generic[K, T, R]):
 
     @property
     def in_flight(self) -> int:
-        """Items inside the process() call now running."""
-        return len(self._running)
+        """Items inside the process() calls now running."""
+        return sum(len(batch) for batch in self._running)
 
     @property
     def closed(self) -> bool:
@@ -148,11 +149,11 @@ class DynamicBatcher(Generic[K, T, R]):
         return self._closed
 
     async def start(self) -> None:
-        """Start the collector task (on the running loop) and the worker thread."""
+        """Start the collector task (on the running loop) and the worker threads."""
         if self._task is not None or self._closed:
             raise RuntimeError("batcher already started (a DynamicBatcher cannot be restarted; create a new one)")
         self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transduce-engine")
+        self._executor = ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="transduce-engine")
         self._task = asyncio.create_task(self._run(), name="transduce-batcher")
 
     async def submit(self, key: K, items: Sequence[T], *, deadline: float | None = None) -> list[R]:
@@ -274,18 +275,28 @@ class DynamicBatcher(Generic[K, T, R]):
             await self._sleep(wait)
 
     async def _run(self) -> None:
-        """Collector loop: form a batch whenever the worker is free and one is due, run it, repeat."""
+        """Collector loop: form a batch whenever a worker is free and one is due, start it, repeat."""
+        running: set[asyncio.Task[None]] = set()
         try:
-            while (batch := await self._next_batch()) is not None:
-                await self._execute(batch)
+            while True:
+                while len(running) >= self.config.workers:
+                    _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                if (batch := await self._next_batch()) is None:
+                    break
+                running.add(asyncio.create_task(self._execute(batch)))
+            if running:
+                await asyncio.wait(running)
         except Exception:
             log.exception("batcher loop crashed; refusing new work")
         finally:  # normally nothing is left; after a crash or a stop() timeout, nobody may wait forever
+            for task in running:
+                task.cancel()
             self._closed = True
             exc = BatcherClosedError("the batcher stopped before this request was processed")
             self._fail_queued(exc)
-            for item in self._running:
-                item.request.fail(exc)
+            for batch in self._running:
+                for item in batch:
+                    item.request.fail(exc)
             self._running = []
 
     async def _execute(self, batch: list[_Item[K, T, R]]) -> None:
@@ -293,7 +304,7 @@ class DynamicBatcher(Generic[K, T, R]):
         key = batch[0].request.key
         inputs = [item.request.items[item.index] for item in batch]
         started = time.monotonic()
-        self._running = batch
+        self._running.append(batch)
         ok = True
         try:
             results = await asyncio.get_running_loop().run_in_executor(self._executor, self.process, key, inputs)
@@ -312,7 +323,7 @@ class DynamicBatcher(Generic[K, T, R]):
         else:
             for item, result in zip(batch, results, strict=True):
                 item.request.deliver(item.index, result)
-        self._running = []
+        self._running = [b for b in self._running if b is not batch]
         if self.on_batch is not None:
             stats = BatchStats(
                 len(batch),

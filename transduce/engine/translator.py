@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from transduce.engine.cache import unless_identity
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
 from transduce.engine.manifest import load_manifest
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
+from transduce.engine.runner import DecoderRunner
 from transduce.engine.search import Hypothesis, make_search
 from transduce.engine.session import open_runner
 from transduce.engine.shortlist import ShortlistConfig
@@ -72,7 +74,13 @@ class Translator:
         strict_device: bool = False,
         shortlist: bool = True,
         shortlist_config: ShortlistConfig | None = None,
+        replicas: int = 1,
     ) -> None:
+        """``replicas``: sessions opened side by side (each with ``intra_threads``); that many ``translate`` calls
+        from different threads decode at once (CTranslate2's inter_threads), e.g. two of one thread each on two cores
+        (the service's ``engine_replicas``)."""
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
         self.manifest = load_manifest(model_dir)
         m = self.manifest
         try:
@@ -85,15 +93,22 @@ class Translator:
                 f"{self.tokenizer.eos_id}) does not match the manifest ({m.vocab_size} pieces, "
                 f"eos {m.eos_id}): re-export the model"
             )
-        self.runner = open_runner(
-            m,
-            device=device,
-            intra_threads=intra_threads,
-            inter_threads=inter_threads,
-            strict_device=strict_device,
-            shortlist=shortlist,
-            shortlist_config=shortlist_config,
-        )
+        self.runners = [
+            open_runner(
+                m,
+                device=device,
+                intra_threads=intra_threads,
+                inter_threads=inter_threads,
+                strict_device=strict_device,
+                shortlist=shortlist,
+                shortlist_config=shortlist_config,
+            )
+            for _ in range(replicas)
+        ]
+        self.runner = self.runners[0]  # the step scheduler drives this one
+        self._free: queue.SimpleQueue[DecoderRunner] = queue.SimpleQueue()  # runners no translate call holds
+        for runner in self.runners:
+            self._free.put(runner)
         self.stats = EngineStats()
 
     @property
@@ -179,6 +194,16 @@ class Translator:
         return filled(results)
 
     def _decode_chunk(self, source: Sequence[Sequence[int]], options: DecodeOptions) -> list[list[Hypothesis]]:
+        """Encode once, then step the decoder until the search is done, on a free replica."""
+        runner = self._free.get()  # blocks while every replica is busy
+        try:
+            return self._decode_on(runner, source, options)
+        finally:
+            self._free.put(runner)
+
+    def _decode_on(
+        self, runner: DecoderRunner, source: Sequence[Sequence[int]], options: DecodeOptions
+    ) -> list[list[Hypothesis]]:
         """Encode once, then step the decoder until the search is done; finished rows leave the batch."""
         m = self.manifest
         S = max(len(s) for s in source)
@@ -186,8 +211,8 @@ class Translator:
         mask = np.zeros((len(source), S), dtype=np.int64)
         for i, seq in enumerate(source):
             ids[i, : len(seq)], mask[i, : len(seq)] = seq, 1
-        state = self.runner.encode(ids, mask)
-        shortlist = self.runner.sessions.shortlist
+        state = runner.encode(ids, mask)
+        shortlist = runner.sessions.shortlist
         # candidate ids of this batch (None: the whole vocabulary); the search then works in candidate positions
         vocab = shortlist.candidates(source) if shortlist is not None else None
         eos = m.eos_id
@@ -198,12 +223,12 @@ class Translator:
         tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
         steps = 0
         while not search.is_done():
-            out = search.advance(self.runner.step(tokens, state))  # (R, V or C) log-probs -> next tokens, parents
+            out = search.advance(runner.step(tokens, state))  # (R, V or C) log-probs -> next tokens, parents
             steps += 1
             if search.is_done():
                 break
             if out.reordered:
-                self.runner.reorder(
+                runner.reorder(
                     state,
                     unless_identity(out.parent_rows, len(tokens)),
                     unless_identity(out.parent_sentences, len(state.encoder_mask)),

@@ -35,7 +35,14 @@ class Settings(BaseSettings):
     admin_key: str = Field("", description="key for POST /admin/reload; empty = no admin endpoint (404)")
     device: str = Field("auto", description="auto | cpu | cuda")
     strict_device: bool = Field(False, description="fail at start-up instead of falling back to CPU")
-    intra_threads: int = Field(0, description="onnxruntime threads per operator (0 = all cores)")
+    intra_threads: int = Field(
+        0, description="onnxruntime threads per operator and engine replica (0 = the cores divided by the replicas)"
+    )
+    engine_replicas: int = Field(
+        1,
+        description="engine sessions decoding batches side by side (static scheduler); e.g. 2 replicas of 1 thread "
+        "on 2 cores serve more under load than 1 of 2 threads, at the cost of a copy of the model in memory each",
+    )
     host: str = Field("127.0.0.1", description="address to bind")
     port: int = Field(5000, description="port to bind (5000 is LibreTranslate's)")
     max_batch_size: int = Field(BATCHER.max_batch_size, description="sentences per engine batch (1 = no batching)")
@@ -121,6 +128,7 @@ class Settings(BaseSettings):
         "max_body_bytes",
         "max_beam_size",
         "default_beam_size",
+        "engine_replicas",
     )
     @classmethod
     def _positive(cls, value: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import tempfile
 import time
@@ -42,11 +43,14 @@ def load_translator(settings: Settings) -> TranslatorLike:
 
     if not settings.model_dir:
         raise ValueError("no model directory: set model_dir (TRANSDUCE_MODEL_DIR) to a `transduce export` output")
+    replicas = settings.engine_replicas
+    threads = settings.intra_threads or (max(1, len(os.sched_getaffinity(0)) // replicas) if replicas > 1 else 0)
     return Translator(
         settings.model_dir,
         device=settings.device,
-        intra_threads=settings.intra_threads,
+        intra_threads=threads,
         strict_device=settings.strict_device,
+        replicas=replicas,
     )
 
 

@@ -191,6 +191,7 @@ class TranslationPipeline:
                 max_batch_tokens=settings.max_batch_tokens,
                 max_wait_ms=settings.max_wait_ms,
                 max_queue_items=settings.max_queue_items,
+                workers=settings.engine_replicas,
             )
             self.queue = StaticBatching(translator, batcher, self._on_batch)
 
