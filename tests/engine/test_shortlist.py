@@ -224,3 +224,16 @@ def test_int8_quantisation_keeps_the_full_vocabulary(shortlist_model_dir: Path, 
     translator = Translator(tmp_path / "int8", device="cpu", intra_threads=1)  # checksums of every listed file hold
     assert translator.runner.sessions.shortlist is None
     assert translator.translate(["the house"], source_lang="en", target_lang="de")[0].hypotheses[0]
+
+
+def test_the_service_setting_turns_the_shortlist_off(shortlist_model_dir: Path) -> None:
+    from tests.service.harness import IsolatedSettings
+    from transduce.service.main import load_translator
+
+    for enabled in (True, False):
+        settings = IsolatedSettings(
+            model_dir=str(shortlist_model_dir), device="cpu", intra_threads=1, shortlist=enabled
+        )
+        translator = load_translator(settings)
+        assert isinstance(translator, Translator)
+        assert (translator.runner.sessions.shortlist is not None) is enabled

@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     intra_threads: int = Field(
         0, description="onnxruntime threads per operator and engine replica (0 = the cores divided by the replicas)"
     )
+    shortlist: bool = Field(
+        True,
+        description="on the CPU, score only each batch's candidate pieces when the model was exported with a "
+        "vocabulary shortlist (faster; false: the whole vocabulary)",
+    )
     engine_replicas: int = Field(
         1,
         description="engine sessions decoding batches side by side (static scheduler); e.g. 2 replicas of 1 thread "

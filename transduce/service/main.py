@@ -51,6 +51,7 @@ def load_translator(settings: Settings) -> TranslatorLike:
         intra_threads=threads,
         strict_device=settings.strict_device,
         replicas=replicas,
+        shortlist=settings.shortlist,
     )
 
 
