@@ -62,6 +62,11 @@ def test_stale_detection_and_reexport(tiny_checkpoint: Path, tmp_path: Path) -> 
     assert is_stale(tiny_checkpoint, out)
     export_model(tiny_checkpoint, out, ExportConfig(verify=False))
     assert not is_stale(tiny_checkpoint, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "export_revision": 1}))
+    assert is_stale(tiny_checkpoint, out)  # an older exporter's graphs: made again, though they still load
+    assert load_manifest(out).model_name == manifest["model_name"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
     other = tmp_path / "other.pt"
     payload = torch.load(tiny_checkpoint, weights_only=True)
     payload["meta"] = {"name": "changed"}

@@ -13,6 +13,9 @@ from transduce.engine.errors import ModelLoadError
 
 FORMAT = "transduce-onnx"
 FORMAT_VERSION = 3  # 2: cross K/V and encoder mask per sentence; 3: per-row positions and self-attention mask
+# Bumped when the exporter writes faster or better graphs with the same interface: a cached export of the shipped
+# model made by an older exporter still loads, but is made again (2: the decoder step written for one new token).
+EXPORT_REVISION = 2
 # the files a model directory holds, by manifest key (an export before "gather" was listed wrote gather.onnx anyway)
 FILE_KEYS = {
     "encoder": names.ENCODER_FILE,
@@ -138,8 +141,8 @@ def check_files_of(manifest: Manifest) -> None:
 
 
 def is_stale(checkpoint: str | Path, model_dir: str | Path, shortlist: str | Path | None = None) -> bool:
-    """True when ``model_dir`` is missing, exported from another checkpoint, or by another export format version,
-    or (``shortlist`` given) without that shortlist table."""
+    """True when ``model_dir`` is missing, exported from another checkpoint, by another export format version or
+    an older exporter revision, or (``shortlist`` given) without that shortlist table."""
     manifest_path = Path(model_dir) / names.MANIFEST_FILE
     if not manifest_path.is_file():
         return True
@@ -149,5 +152,7 @@ def is_stale(checkpoint: str | Path, model_dir: str | Path, shortlist: str | Pat
         return True
     source = manifest.get("source_checkpoint", {})
     if shortlist is not None and manifest.get("shortlist_source", {}).get("sha256") != sha256_file(shortlist):
+        return True
+    if manifest.get("export_revision") != EXPORT_REVISION:
         return True
     return bool(manifest.get("format_version") != FORMAT_VERSION or source.get("sha256") != sha256_file(checkpoint))

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from transduce.engine import io_names as names
-from transduce.engine.manifest import FORMAT, FORMAT_VERSION, sha256_file
+from transduce.engine.manifest import EXPORT_REVISION, FORMAT, FORMAT_VERSION, sha256_file
 from transduce.export.files import replacing_dir
 from transduce.export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
 from transduce.model.checkpoint import Checkpoint, load_checkpoint
@@ -148,6 +148,7 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
         manifest: dict[str, Any] = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
+            "export_revision": EXPORT_REVISION,
             "model_name": config.model_name or ckpt.meta.get("name") or checkpoint.stem,
             "model_config": cfg.to_dict(),
             "dims": {
