@@ -9,8 +9,8 @@ import logging
 import os
 from pathlib import Path
 
-from transduce.engine.io_names import SHORTLIST_FILE
 from transduce.engine.manifest import is_stale
+from transduce.engine.shortlist import sibling_table
 from transduce.paths import user_cache_dir
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "default"
@@ -47,9 +47,8 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
         raise ModelUnavailableError(
             f"the shipped model {checkpoint} is missing: pass --model DIR (a model directory from `transduce export`)"
         )
-    shortlist = checkpoint.parent / SHORTLIST_FILE
-    shortlist_or_none = shortlist if shortlist.is_file() else None
-    if not is_stale(checkpoint, out, shortlist_or_none):
+    shortlist = sibling_table(checkpoint)
+    if not is_stale(checkpoint, out, shortlist):
         return out
     try:
         from transduce.export.onnx_export import ExportConfig, export_model
@@ -59,5 +58,5 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
             f"`{TORCH_INSTALL}`, or pass --model DIR (a model directory from `transduce export`)"
         ) from None
     log.info("exporting the shipped model %s to %s (first use or checkpoint changed)", checkpoint, out)
-    export_model(checkpoint, out, ExportConfig(shortlist=shortlist_or_none))
+    export_model(checkpoint, out, ExportConfig(shortlist=shortlist))
     return out

@@ -54,7 +54,8 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
     import shutil
 
     from transduce.engine.manifest import is_stale
-    from transduce.export.onnx_export import ExportConfig, export_model, sibling_shortlist
+    from transduce.engine.shortlist import sibling_table
+    from transduce.export.onnx_export import ExportConfig, export_model
     from transduce.export.quantize import quantize_model_dir
     from transduce.interop.marian import export_marian
 
@@ -67,7 +68,7 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
         "optimum": work / "optimum",
         "fp16": work / "onnx-fp16",
     }
-    shortlist = sibling_shortlist(checkpoint)  # the CPU rows decode with it; the *-full rows without
+    shortlist = sibling_table(checkpoint)  # the CPU rows decode with it; the *-full rows without
     if is_stale(checkpoint, paths["onnx"], shortlist):
         for p in paths.values():
             if p.exists():
@@ -132,9 +133,8 @@ def summarize(
     if out.error:
         return {**row, "error": out.error}
     total = sum(out.batch_seconds)
-    tokens = sum(len(h) + 1 for h in out.hyps)  # + eos, as every engine generates it
     row.update(
-        target_tokens_per_s=round(tokens / total, 1),
+        target_tokens_per_s=round(tokens_per_s(out), 1),
         sentences_per_s=round(len(out.hyps) / total, 2),
         p50_batch_ms=round(float(np.percentile(out.batch_seconds, 50)) * 1000, 1),
         p95_batch_ms=round(float(np.percentile(out.batch_seconds, 95)) * 1000, 1),
@@ -215,11 +215,7 @@ def run(
             row = summarize(engine, beam, batch, outcome, ref, tokenizer.decode)
             if not outcome.error:
                 row["threads"] = best_threads
-                row["tokens_per_s_by_threads"] = {
-                    t: round(sum(len(h) + 1 for h in o.hyps) / sum(o.batch_seconds), 1)
-                    for t, o in tries.items()
-                    if not o.error
-                }
+                row["tokens_per_s_by_threads"] = {t: round(tokens_per_s(o), 1) for t, o in tries.items() if not o.error}
             rows.append(with_limit(row, dims, rates))
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -254,7 +250,12 @@ def best_of(tries: dict[int, Outcome]) -> tuple[int, Outcome]:
     ok = {t: o for t, o in tries.items() if not o.error and o.batch_seconds}
     if not ok:
         return next(iter(tries.items()))
-    return max(ok.items(), key=lambda item: sum(len(h) + 1 for h in item[1].hyps) / sum(item[1].batch_seconds))
+    return max(ok.items(), key=lambda item: tokens_per_s(item[1]))
+
+
+def tokens_per_s(out: Outcome) -> float:
+    """Target tokens per second of a finished outcome, eos counted (every engine generates it)."""
+    return sum(len(h) + 1 for h in out.hyps) / sum(out.batch_seconds)
 
 
 def machine() -> str:

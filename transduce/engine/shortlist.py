@@ -21,7 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
+from transduce.engine.io_names import SHORTLIST_FILE
+
 NO_TAG = -1  # table key of a model without target-language tags (one direction)
+
+
+def sibling_table(checkpoint: str | Path) -> Path | None:
+    """The shortlist table beside a checkpoint (``shortlist.npz``, where `transduce shortlist` writes it), if any;
+    `transduce export` and the shipped model's first-use export take it from there."""
+    path = Path(checkpoint).parent / SHORTLIST_FILE
+    return path if path.is_file() else None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Sequence
@@ -76,9 +77,9 @@ class Translator:
         shortlist_config: ShortlistConfig | None = None,
         replicas: int = 1,
     ) -> None:
-        """``replicas``: sessions opened side by side (each with ``intra_threads``); that many ``translate`` calls
-        from different threads decode at once (CTranslate2's inter_threads), e.g. two of one thread each on two cores
-        (the service's ``engine_replicas``)."""
+        """``replicas``: sessions opened side by side; that many ``translate`` calls from different threads decode
+        at once (CTranslate2's inter_threads; the service's ``engine_replicas``). Each has ``intra_threads`` threads,
+        or (0) the cores shared out between them, e.g. two of one thread each on two cores."""
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
         self.manifest = load_manifest(model_dir)
@@ -93,6 +94,8 @@ class Translator:
                 f"{self.tokenizer.eos_id}) does not match the manifest ({m.vocab_size} pieces, "
                 f"eos {m.eos_id}): re-export the model"
             )
+        if intra_threads == 0 and replicas > 1:
+            intra_threads = max(1, len(os.sched_getaffinity(0)) // replicas)
         self.runners = [
             open_runner(
                 m,

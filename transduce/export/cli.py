@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export, verify, print a one-line summary; errors are one line on stderr and exit status 1."""
-    from transduce.export.onnx_export import ExportConfig, export_model, sibling_shortlist
+    from transduce.engine.shortlist import sibling_table
+    from transduce.export.onnx_export import ExportConfig, export_model
     from transduce.export.verify import VerificationError
 
     started = time.monotonic()
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     )
     int8 = args.dtype == "int8"
     shortlist = (
-        None if args.no_shortlist else Path(args.shortlist) if args.shortlist else sibling_shortlist(args.checkpoint)
+        None if args.no_shortlist else Path(args.shortlist) if args.shortlist else sibling_table(args.checkpoint)
     )
     if shortlist is not None and not shortlist.is_file():
         print(f"transduce export: shortlist {shortlist} does not exist", file=sys.stderr)

@@ -197,12 +197,6 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
     return manifest
 
 
-def sibling_shortlist(checkpoint: str | Path) -> Path | None:
-    """The shortlist table beside a checkpoint (``shortlist.npz``, as `transduce shortlist` writes it), if any."""
-    path = Path(checkpoint).parent / names.SHORTLIST_FILE
-    return path if path.is_file() else None
-
-
 def add_shortlist(model_dir: Path, table_path: Path, vocab_size: int) -> dict[str, Any]:
     """Write the shortlist decoder graph and the table with the projection rows into an export; its manifest keys."""
     from transduce.engine.shortlist import load_table

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import tempfile
 import time
@@ -43,14 +42,12 @@ def load_translator(settings: Settings) -> TranslatorLike:
 
     if not settings.model_dir:
         raise ValueError("no model directory: set model_dir (TRANSDUCE_MODEL_DIR) to a `transduce export` output")
-    replicas = settings.engine_replicas
-    threads = settings.intra_threads or (max(1, len(os.sched_getaffinity(0)) // replicas) if replicas > 1 else 0)
     return Translator(
         settings.model_dir,
         device=settings.device,
-        intra_threads=threads,
+        intra_threads=settings.intra_threads,
         strict_device=settings.strict_device,
-        replicas=replicas,
+        replicas=settings.engine_replicas,
         shortlist=settings.shortlist,
     )
 

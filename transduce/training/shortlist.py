@@ -11,7 +11,7 @@ import argparse
 import random
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,29 +56,18 @@ def read_pairs(corpus: Path, max_pairs: int, seed: int) -> tuple[tuple[str, str]
     return (header[1], header[2]), [(a, b) for a, b in rows]
 
 
-def cooccurrence(pairs: Iterable[tuple[Sequence[int], Sequence[int]]], vocab_size: int) -> np.ndarray:
+def cooccurrence(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], vocab_size: int) -> np.ndarray:
     """(V, V) counts: entry [a, b] = pairs whose first side has piece a and second side piece b (each once)."""
     counts = np.zeros(vocab_size * vocab_size, dtype=np.int64)
-    for chunk in _chunks(pairs, CHUNK):
+    for start in range(0, len(pairs), CHUNK):
         keys = [
             (np.unique(np.asarray(a, np.int64))[:, None] * vocab_size + np.unique(np.asarray(b, np.int64))[None, :])
-            for a, b in chunk
+            for a, b in pairs[start : start + CHUNK]
             if len(a) and len(b)
         ]
         if keys:
             counts += np.bincount(np.concatenate([k.ravel() for k in keys]), minlength=vocab_size * vocab_size)
     return counts.reshape(vocab_size, vocab_size)
-
-
-def _chunks(items: Iterable[tuple[Sequence[int], Sequence[int]]], n: int) -> Iterator[list[tuple[Sequence[int], ...]]]:
-    chunk: list[tuple[Sequence[int], ...]] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == n:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def ranked_candidates(
