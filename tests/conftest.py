@@ -57,6 +57,22 @@ def tiny_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="session")
+def shortlist_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model exported with a shortlist (a table naming only eos: a sentence's candidates are eos, unk and
+    its source pieces, so sentences differ in theirs; tests swap other tables in)."""
+    from tests.tiny import table_of
+    from transduce.export.onnx_export import ExportConfig, export_model
+    from transduce.model.checkpoint import load_checkpoint
+
+    root = tmp_path_factory.mktemp("shortlist")
+    tok = load_checkpoint(tiny_checkpoint).tokenizer()
+    keys = [int(tok.tag_id(lang) or 0) for lang in ("de", "en")]
+    table_of(tok.vocab_size, keys, [tok.eos_id]).save(root / "shortlist.npz")
+    export_model(tiny_checkpoint, root / "model", ExportConfig(shortlist=root / "shortlist.npz", verify=False))
+    return root / "model"
+
+
+@pytest.fixture(scope="session")
 def tiny_translator(tiny_model_dir: Path) -> Translator:
     """A CPU Translator over the tiny model (shared; translate calls are stateless)."""
     from transduce.engine.translator import Translator

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transduce.engine.shortlist import ShortlistTable
 
 EN = [
     "the",
@@ -158,3 +162,19 @@ def build_tiny_checkpoint(
         model.generator.weight[config.eos_id] *= 0.5
     save_checkpoint(path, model, spm, meta={"name": name})
     return path
+
+
+def table_of(vocab_size: int, keys: list[int], frequent: list[int]) -> ShortlistTable:
+    """A shortlist table with only a frequent list (no co-occurrence candidates) for every key: a sentence's
+    candidates are then those, eos, unk and its own source pieces."""
+    import numpy as np
+
+    from transduce.engine.shortlist import ShortlistTable
+
+    none = np.zeros(vocab_size + 1, np.int64)
+    return ShortlistTable(
+        vocab_size,
+        {k: np.asarray(frequent, np.int32) for k in keys},
+        dict.fromkeys(keys, none),
+        {k: np.zeros(0, np.int32) for k in keys},
+    )

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,32 @@ async def test_outputs_equal_standalone_decoding_through_joins_and_leaves(
     tiny_translator: Translator, batch_size: int
 ) -> None:
     """Greedy and beam, both directions, n-best: requests arrive while others decode, sentences join and leave."""
+    await joins_and_leaves_match_standalone(tiny_translator, batch_size)
+
+
+@pytest.mark.parametrize("batch_size", [2, 32])
+async def test_with_a_shortlist_outputs_equal_standalone_decoding_through_joins_and_leaves(
+    shortlist_model_dir: Path, batch_size: int
+) -> None:
+    """The running batch scores the union of its cohorts' candidates, rebuilt as cohorts join and leave; each row
+    keeps its own sentence's, so outputs equal decoding each request alone (whose candidates are its own)."""
+    translator = Translator(shortlist_model_dir, device="cpu", intra_threads=1)
+    assert translator.runner.sessions.shortlist_masks
+    widths: list[int] = []
+    step = translator.runner.step
+
+    def recording(tokens: np.ndarray, state: DecoderState) -> np.ndarray:
+        log_probs = step(tokens, state)
+        widths.append(log_probs.shape[1])
+        return log_probs
+
+    translator.runner.step = recording  # type: ignore[method-assign]
+    await joins_and_leaves_match_standalone(translator, batch_size)
+    assert 0 < min(widths) < max(widths) < translator.manifest.vocab_size  # candidates only, and they changed
+
+
+async def joins_and_leaves_match_standalone(translator: Translator, batch_size: int) -> None:
+    """Greedy and beam, both directions, n-best, requests arriving while others decode."""
     cases = [
         (EN, "en", "de", DecodeOptions(beam_size=1)),
         (DE, "de", "en", DecodeOptions(beam_size=3, num_hypotheses=2, return_scores=True)),
@@ -64,7 +91,7 @@ async def test_outputs_equal_standalone_decoding_through_joins_and_leaves(
         ([" ".join(EN * 3)], "en", "de", DecodeOptions(beam_size=1, max_decoding_length=2)),
         (EN[:3], "en", "de", DecodeOptions(beam_size=1)),
     ]
-    async with running(tiny_translator, max_batch_size=batch_size) as (scheduler, steps):
+    async with running(translator, max_batch_size=batch_size) as (scheduler, steps):
         tasks = []
         for texts, source, target, options in cases:
             tasks.append(
@@ -73,10 +100,10 @@ async def test_outputs_equal_standalone_decoding_through_joins_and_leaves(
             await wait_for(lambda: len(steps) >= 2 * len(tasks))  # the next request joins a batch mid-decode
         results = await asyncio.gather(*tasks)
     for (texts, source, target, options), timed in zip(cases, results, strict=True):
-        assert [t.result.tokens for t in timed] == standalone(tiny_translator, texts, source, target, options)
+        assert [t.result.tokens for t in timed] == standalone(translator, texts, source, target, options)
         assert all(t.started <= t.finished for t in timed)
         if options.return_scores:
-            expected = tiny_translator.translate(texts, source_lang=source, target_lang=target, options=options)
+            expected = translator.translate(texts, source_lang=source, target_lang=target, options=options)
             for t, e in zip(timed, expected, strict=True):
                 assert t.result.scores == pytest.approx(e.scores, abs=1e-4)
     assert max(s.active for s in steps) <= batch_size

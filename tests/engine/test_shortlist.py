@@ -10,39 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.tiny import DE, EN
+from tests.tiny import DE, EN, table_of
 from transduce.engine.manifest import is_stale, load_manifest
 from transduce.engine.options import DecodeOptions
 from transduce.engine.runner import DecoderState
-from transduce.engine.shortlist import Shortlist, ShortlistConfig, ShortlistTable, load_table
+from transduce.engine.shortlist import NO_TAG, Shortlist, ShortlistConfig, ShortlistTable, load_table
 from transduce.engine.translator import Translator
 from transduce.export.onnx_export import ExportConfig, export_model
 from transduce.model.checkpoint import load_checkpoint
 from transduce.training.shortlist import ShortlistBuildConfig, build_table, directions, read_pairs
 
 SENTENCES = ["the house", "a small cat sees the dog", "hello world", "the red light runs", "good night"]
-
-
-def table_of(vocab_size: int, keys: list[int], frequent: list[int]) -> ShortlistTable:
-    """A table with only a frequent list (no co-occurrence candidates) for every key."""
-    none = np.zeros(vocab_size + 1, np.int64)
-    return ShortlistTable(
-        vocab_size,
-        {k: np.asarray(frequent, np.int32) for k in keys},
-        dict.fromkeys(keys, none),
-        {k: np.zeros(0, np.int32) for k in keys},
-    )
-
-
-@pytest.fixture(scope="module")
-def shortlist_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model exported with a shortlist (a table naming only eos: the tests swap tables in)."""
-    root = tmp_path_factory.mktemp("shortlist")
-    tok = load_checkpoint(tiny_checkpoint).tokenizer()
-    keys = [int(tok.tag_id(lang) or 0) for lang in ("de", "en")]
-    table_of(tok.vocab_size, keys, [tok.eos_id]).save(root / "shortlist.npz")
-    export_model(tiny_checkpoint, root / "model", ExportConfig(shortlist=root / "shortlist.npz", verify=False))
-    return root / "model"
 
 
 def with_table(translator: Translator, frequent: list[int]) -> Translator:
@@ -237,3 +215,46 @@ def test_the_service_setting_turns_the_shortlist_off(shortlist_model_dir: Path) 
         translator = load_translator(settings)
         assert isinstance(translator, Translator)
         assert (translator.runner.sessions.shortlist is not None) is enabled
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_sentence_translates_the_same_alone_and_batched(
+    shortlist_model_dir: Path, beam: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row is normalised over its own sentence's candidates (here eos, unk and its source pieces, different for
+    every sentence), not the batch's union: batch-mates change nothing."""
+    short = Translator(shortlist_model_dir, device="cpu", intra_threads=1)
+    shortlist = short.runner.sessions.shortlist
+    assert shortlist is not None and short.runner.sessions.shortlist_masks
+    sources = [short.tokenizer.encode_source(s, "de") for s in SENTENCES]
+    own = [set(shortlist.sentence_candidates(s).tolist()) for s in sources]
+    assert all(o < set(shortlist.candidates(sources).tolist()) for o in own)  # the union is larger for everyone
+    options = DecodeOptions(beam_size=beam, num_hypotheses=beam, return_scores=True)
+    batched = short.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+    for text, together, mine in zip(SENTENCES, batched, own, strict=True):
+        (alone,) = short.translate([text], source_lang="en", target_lang="de", options=options)
+        assert together.tokens == alone.tokens
+        assert together.scores == pytest.approx(alone.scores, abs=1e-4)
+        assert all(set(t) <= mine for t in together.tokens)
+
+    # normalised over the batch's union instead (as exports before revision 3 were): outputs depend on the batch
+    def union_only(batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        vocab = shortlist.candidates(batch)
+        return vocab, np.ones((len(batch), len(vocab)), bool)
+
+    monkeypatch.setattr(shortlist, "batch", union_only)
+    union = short.translate(SENTENCES, source_lang="en", target_lang="de", options=options)
+    assert [r.tokens for r in union] != [r.tokens for r in batched]
+
+
+def test_masks_mark_each_sentences_own_candidates() -> None:
+    V = 12
+    shortlist = Shortlist(table_of(V, [NO_TAG], [9]), np.zeros((V, 2), np.float32), always=[1])
+    sources = [[4, 5], [6]]
+    vocab, masks = shortlist.batch(sources)
+    assert vocab.tolist() == [1, 4, 5, 6, 9]
+    assert masks.tolist() == [[True, True, True, False, True], [True, False, False, True, True]]
+    wider = np.arange(V)
+    assert shortlist.masks(sources, wider)[1].nonzero()[0].tolist() == [1, 6, 9]
+    with pytest.raises(ValueError, match="do not hold every candidate"):
+        shortlist.masks(sources, np.array([1, 4, 9]))

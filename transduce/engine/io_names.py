@@ -82,3 +82,6 @@ SHORTLIST_DECODER_FILE = "decoder_shortlist.onnx"
 SHORTLIST_FILE = "shortlist.npz"  # the candidate table and the projection rows (V, d_model)
 DEC_VOCAB_PROJECTION = "vocab_projection"  # (candidates, d_model) float: projection rows of the batch's candidates
 CANDIDATE_AXIS = "candidates"  # log_probs of the shortlist decoder are (batch, candidates)
+# (batch, candidates) bool: the candidates of each row's own sentence; the others get no probability, so a sentence's
+# output does not depend on the sentences batched with it (exports before EXPORT_REVISION 3 have no such input)
+DEC_VOCAB_MASK = "vocab_mask"

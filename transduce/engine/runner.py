@@ -37,6 +37,9 @@ class DecoderState:
     # (C, d_model) projection rows of the batch's shortlist candidates: log-probs are then (R, C) over them and the
     # search works in candidate positions; None = the whole vocabulary (see transduce.engine.shortlist)
     projection: np.ndarray | None = None
+    # (R, C) bool: each row's own candidates among the projection's (its sentence's), so the log-probs of a row do not
+    # depend on its batch-mates; None = every candidate (or a shortlist graph exported without the mask input)
+    vocab_mask: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -55,6 +58,8 @@ class DecoderState:
         """Gather the host-side per-row and per-sentence arrays (None: keep)."""
         if rows is not None:
             self.positions, self.self_mask = self.positions[rows], self.self_mask[rows]
+            if self.vocab_mask is not None:
+                self.vocab_mask = self.vocab_mask[rows]
         if sentences is not None:
             self.encoder_mask = self.encoder_mask[sentences]
 
@@ -73,7 +78,7 @@ class DecoderState:
 def merged_host(a: DecoderState, b: DecoderState) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """The host arrays of ``b`` appended to ``a`` (source masks padded to the longer source, self masks padded at the
     start to the longer history); returns them and how many positions a's and b's caches must be padded by."""
-    if a.projection is not None or b.projection is not None:
+    if a.projection is not None or b.projection is not None or a.vocab_mask is not None or b.vocab_mask is not None:
         raise ValueError("a state decoding over a vocabulary shortlist cannot be merged (candidates differ per batch)")
     Sa, Sb = a.encoder_mask.shape[1], b.encoder_mask.shape[1]
     S = max(Sa, Sb)
@@ -110,6 +115,7 @@ class OrtSessions:
     providers: list[str]  # what the sessions were asked for (a runner opening another session asks for the same)
     options: ort.SessionOptions  # the decoder's options, reused for such helper sessions
     shortlist: Shortlist | None = None  # set when the decoder is the shortlist graph (its projection is an input)
+    shortlist_masks: bool = False  # the shortlist graph takes per-row candidate masks (exports since revision 3)
     cross_names: list[str] = field(init=False)
     past_names: list[str] = field(init=False)
     present_names: list[str] = field(init=False)

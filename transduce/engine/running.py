@@ -4,6 +4,11 @@ Sentences admitted at the same step form a cohort with its own search object (gr
 ``Translator``); the cohorts' rows lie one after another in the decoder state, so one decoder step and one cache
 reorder serve all of them. A newcomer's cache is padded at the start to the batch's length and masked (see
 ``transduce.engine.runner.DecoderState``), so its output does not depend on its batch-mates.
+
+With a vocabulary shortlist (``transduce.engine.shortlist``) the decoder scores the union of the live cohorts'
+candidates, rebuilt when a cohort joins or leaves, and every row is normalised over its own sentence's candidates
+(the state's vocab_mask). Each cohort's search works in positions of its own candidate array, fixed for its life, so
+a rebuilt union only changes which columns of the log-probs the cohort reads.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class Cohort:
     jobs: list[Job]
     search: SearchStrategy
     rows: int  # current rows in the decoder state
+    vocab: np.ndarray | None = None  # with a shortlist: the sorted candidate ids its search's positions index
+    columns: np.ndarray | None = None  # where they are in the batch's candidates (None: every column, in order)
     live: list[bool] = field(init=False)  # per job: still decoding
 
     def __post_init__(self) -> None:
@@ -63,6 +70,8 @@ class RunningBatch:
         self.state: DecoderState | None = None
         self.cohorts: list[Cohort] = []
         self.tokens = np.zeros(0, np.int64)  # (R,) next input token of every row
+        self.shortlist = runner.sessions.shortlist if runner.sessions.shortlist_masks else None
+        self.vocab: np.ndarray | None = None  # with a shortlist: the union of the live cohorts' candidates, sorted
 
     @property
     def sentences(self) -> int:
@@ -89,11 +98,45 @@ class RunningBatch:
             if self.beam > 1:  # beam_size rows per sentence from the start (BeamSearch full_rows)
                 self.runner.reorder(state, np.repeat(np.arange(len(group)), self.beam), None)
             max_lengths = options.max_lengths([len(j.ids) for j in group], m.max_positions - 1)
-            search = make_search(len(group), options, eos_id=m.eos_id, max_lengths=max_lengths, full_rows=True)
+            vocab = None if self.shortlist is None else self.shortlist.candidates([j.ids for j in group])
+            eos = m.eos_id if vocab is None else int(np.searchsorted(vocab, m.eos_id))
+            search = make_search(len(group), options, eos_id=eos, max_lengths=max_lengths, full_rows=True)
+            cohort = Cohort(group, search, state.rows, vocab)
+            masks = self._detach_masks()
             self.state = state if self.state is None else self.runner.merge(self.state, state)
-            self.cohorts.append(Cohort(group, search, state.rows))
+            self.cohorts.append(cohort)
+            self._attach_masks(masks, [j.ids for j in group])
             self.tokens = np.concatenate([self.tokens, np.full(state.rows, m.decoder_start_id, np.int64)])
         return real, padded
+
+    def _detach_masks(self) -> np.ndarray | None:
+        """Take the running rows' candidate masks (over ``self.vocab``) off the state before a merge."""
+        if self.state is None or self.shortlist is None:
+            return None
+        masks, self.state.vocab_mask, self.state.projection = self.state.vocab_mask, None, None
+        return masks
+
+    def _attach_masks(self, masks: np.ndarray | None, newcomers: list[Sequence[int]] | None = None) -> None:
+        """Rebuild the batch's candidates from its cohorts', and give the state their projection rows and every
+        row's mask over them: the running rows' ``masks`` (over the old candidates) moved to their new columns, the
+        ``newcomers``' sentences' own (beam rows each, at the end)."""
+        if self.shortlist is None or self.state is None:
+            return
+        old = self.vocab
+        self.vocab = np.unique(np.concatenate([c.vocab for c in self.cohorts if c.vocab is not None]))
+        for cohort in self.cohorts:
+            assert cohort.vocab is not None
+            cohort.columns = np.searchsorted(self.vocab, cohort.vocab)
+        parts = []
+        if masks is not None and old is not None:
+            moved = np.zeros((len(masks), len(self.vocab)), bool)
+            kept = np.isin(old, self.vocab)  # a column no live cohort has is false on every running row
+            moved[:, np.searchsorted(self.vocab, old[kept])] = masks[:, kept]
+            parts.append(moved)
+        if newcomers:
+            parts.append(np.repeat(self.shortlist.masks(newcomers, self.vocab), self.beam, axis=0))
+        self.state.vocab_mask = np.concatenate(parts)
+        self.state.projection = self.shortlist.rows(self.vocab)
 
     def step(self) -> int:
         """One decoder step for every row; finished sentences are handed over and leave, cancelled ones are
@@ -104,7 +147,8 @@ class RunningBatch:
         row0 = sent0 = 0
         for cohort in self.cohorts:
             n_sent = cohort.rows // self.beam  # full rows: beam rows per sentence, always
-            out = cohort.search.advance(log_probs[row0 : row0 + cohort.rows])
+            mine = log_probs[row0 : row0 + cohort.rows]
+            out = cohort.search.advance(mine if cohort.columns is None else mine[:, cohort.columns])
             parent_rows, parent_sents, next_tokens = out.parent_rows, out.parent_sentences, out.tokens
             gone = [i for i, job in enumerate(cohort.jobs) if cohort.live[i] and job.cancelled()]
             if gone:
@@ -115,26 +159,31 @@ class RunningBatch:
                     cohort.live[i] = False
             for i, hyps in cohort.search.take_finished():
                 cohort.live[i] = False
+                if cohort.vocab is not None:  # candidate positions -> vocabulary ids
+                    hyps = [Hypothesis(cohort.vocab[h.tokens].tolist(), h.score) for h in hyps]
                 cohort.jobs[i].done(hyps)
                 finished += 1
             rows.append(parent_rows + row0)
             sentences.append(parent_sents + sent0)
-            tokens.append(next_tokens)
+            tokens.append(next_tokens if cohort.vocab is None else cohort.vocab[next_tokens])
             row0, sent0 = row0 + cohort.rows, sent0 + n_sent
             cohort.rows = len(next_tokens)
+        left = len(self.cohorts)
         self.cohorts = [c for c in self.cohorts if c.rows]
         self.tokens = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
         all_rows, all_sentences = np.concatenate(rows), np.concatenate(sentences)
         self.runner.reorder(self.state, unless_identity(all_rows, row0), unless_identity(all_sentences, sent0))
         self.runner.trim(self.state)
         if not self.cohorts:
-            self.state = None
+            self.state, self.vocab = None, None
+        elif len(self.cohorts) < left:  # a cohort left: its candidates no longer cost a column
+            self._attach_masks(self._detach_masks())
         return finished
 
     def fail(self) -> list[Job]:
         """Empty the batch after an error; returns the jobs that were still decoding."""
         jobs = self.live_jobs()
-        self.state, self.cohorts, self.tokens = None, [], np.zeros(0, np.int64)
+        self.state, self.cohorts, self.tokens, self.vocab = None, [], np.zeros(0, np.int64), None
         return jobs
 
 

@@ -9,6 +9,7 @@ import os
 
 import onnxruntime as ort
 
+from transduce.engine import io_names as names
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.iobinding_runner import IOBindingRunner
 from transduce.engine.manifest import Manifest
@@ -85,6 +86,7 @@ def open_runner(
     sessions = OrtSessions(manifest, encoder, decoder, providers, options)
     if use_shortlist:
         sessions.shortlist = load_shortlist(manifest, shortlist_config)
+        sessions.shortlist_masks = names.DEC_VOCAB_MASK in {i.name for i in decoder.get_inputs()}
     if device == "cuda" and sessions.provider != CUDA:
         if strict_device:
             raise ModelLoadError("device='cuda' was requested but the CUDA provider failed to initialise")

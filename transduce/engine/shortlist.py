@@ -1,16 +1,18 @@
 """Vocabulary shortlist (Marian's lexical shortlist, CTranslate2's vmap): per batch, the decoder scores only the
 target pieces that can plausibly appear in its translations, instead of the whole vocabulary.
 
-The candidates of a batch are the union of
+The candidates of a sentence are the union of
 - the ``frequent`` most frequent pieces of the target language (function words, punctuation),
-- for every source piece of the batch, its ``per_piece`` best translation candidates from a co-occurrence table
+- for every piece of its source, its ``per_piece`` best translation candidates from a co-occurrence table
   built on the training corpus (``transduce shortlist``),
-- the batch's own source pieces (names, numbers and placeholders are copied through),
+- its own source pieces (names, numbers and placeholders are copied through),
 - the control ids (eos, unk).
 
-The output projection rows of those candidates are gathered once per batch into a (C, d_model) matrix that the
-shortlist decoder graph takes as an input, so every step multiplies by C rows instead of V. Log-probs are normalised
-over the candidates: whenever a step's best full-vocabulary token is among them, greedy search picks the same token.
+The output projection rows of a batch's candidates (the union of its sentences') are gathered once per batch into a
+(C, d_model) matrix that the shortlist decoder graph takes as an input, so every step multiplies by C rows instead of
+V. A (R, C) mask keeps, for every row, the candidates of its own sentence only, and log-probs are normalised over
+those: a sentence decodes the same alone or batched with any others, and whenever a step's best full-vocabulary token
+is among its candidates, greedy search picks the same token.
 """
 
 from __future__ import annotations
@@ -125,24 +127,49 @@ class Shortlist:
         return self.table.vocab_size
 
     def candidates(self, sources: Sequence[Sequence[int]]) -> np.ndarray:
-        """Sorted target ids a batch of source id sequences may produce (its tag, when the model has tags, picks the
+        """Sorted target ids a batch of source id sequences may produce: the union of each sentence's own."""
+        return np.unique(np.concatenate([self.always, *(self.sentence_candidates(seq) for seq in sources)]))
+
+    def sentence_candidates(self, seq: Sequence[int]) -> np.ndarray:
+        """Sorted target ids one source id sequence may produce (its tag, when the model has tags, picks the
         direction's table; an unknown first id uses every table of the model)."""
         t, K = self.table, self.config.per_piece
-        parts = [self.always]
-        for seq in sources:
-            ids = np.unique(np.asarray(seq, dtype=np.int64))
-            ids = ids[(ids >= 0) & (ids < t.vocab_size)]
-            parts.append(ids)
-            keys = [int(seq[0])] if len(seq) and int(seq[0]) in t.offsets else list(t.offsets)
-            for key in keys:
-                if K:
-                    start, end = t.offsets[key][ids], np.minimum(t.offsets[key][ids] + K, t.offsets[key][ids + 1])
-                    spans = [t.targets[key][a:b] for a, b in zip(start.tolist(), end.tolist(), strict=True) if b > a]
-                    if spans:
-                        parts.append(np.concatenate(spans).astype(np.int64))
-                parts.append(self._frequent[key])
+        ids = np.unique(np.asarray(seq, dtype=np.int64))
+        ids = ids[(ids >= 0) & (ids < t.vocab_size)]
+        parts = [self.always, ids]
+        keys = [int(seq[0])] if len(seq) and int(seq[0]) in t.offsets else list(t.offsets)
+        for key in keys:
+            if K:
+                start, end = t.offsets[key][ids], np.minimum(t.offsets[key][ids] + K, t.offsets[key][ids + 1])
+                spans = [t.targets[key][a:b] for a, b in zip(start.tolist(), end.tolist(), strict=True) if b > a]
+                if spans:
+                    parts.append(np.concatenate(spans).astype(np.int64))
+            parts.append(self._frequent[key])
         return np.unique(np.concatenate(parts))
+
+    def masks(self, sources: Sequence[Sequence[int]], candidates: np.ndarray) -> np.ndarray:
+        """(N, C) bool: which of ``candidates`` (sorted; a superset of every sentence's own) each source's own
+        candidates are. The decoder normalises each row over its own, so a sentence translates the same whatever it
+        is batched with."""
+        return _masks([self.sentence_candidates(seq) for seq in sources], candidates)
+
+    def batch(self, sources: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """``candidates(sources)`` and ``masks`` over them, each sentence's candidates looked up once."""
+        own = [self.sentence_candidates(seq) for seq in sources]
+        candidates = np.unique(np.concatenate([self.always, *own]))
+        return candidates, _masks(own, candidates)
 
     def rows(self, candidates: np.ndarray) -> np.ndarray:
         """The projection rows of ``candidates``: (C, d_model), contiguous, for the shortlist decoder's input."""
         return np.take(self.projection, candidates, axis=0)
+
+
+def _masks(own: list[np.ndarray], candidates: np.ndarray) -> np.ndarray:
+    """(N, C) bool: row i marks where ``own[i]`` (sorted ids) lies in ``candidates`` (sorted, holding them all)."""
+    out = np.zeros((len(own), len(candidates)), dtype=bool)
+    for i, ids in enumerate(own):
+        at = np.searchsorted(candidates, ids)
+        if np.any(at >= len(candidates)) or np.any(candidates[np.minimum(at, len(candidates) - 1)] != ids):
+            raise ValueError("the candidates given do not hold every candidate of each source")
+        out[i, at] = True
+    return out

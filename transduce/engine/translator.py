@@ -217,10 +217,12 @@ class Translator:
         state = runner.encode(ids, mask)
         shortlist = runner.sessions.shortlist
         # candidate ids of this batch (None: the whole vocabulary); the search then works in candidate positions
-        vocab = shortlist.candidates(source) if shortlist is not None else None
-        eos = m.eos_id
-        if vocab is not None and shortlist is not None:
+        vocab, eos = None, m.eos_id
+        if shortlist is not None:
+            vocab, masks = shortlist.batch(source)
             state.projection, eos = shortlist.rows(vocab), int(np.searchsorted(vocab, m.eos_id))
+            if runner.sessions.shortlist_masks:  # each row normalised over its own sentence's candidates
+                state.vocab_mask = masks
         max_lengths = options.max_lengths([len(s) for s in source], m.max_positions - 1)
         search = make_search(len(source), options, eos_id=eos, max_lengths=max_lengths)
         tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)

@@ -1,9 +1,11 @@
 """The shortlist decoder graph: decoder.onnx with its output projection taken as an input, (C, d_model) rows of the
-candidates a batch may produce, instead of the (d_model, V) weight; see ``transduce.engine.shortlist``."""
+candidates a batch may produce, instead of the (d_model, V) weight, and a (R, C) mask of each row's own candidates
+applied before the log-softmax; see ``transduce.engine.shortlist``."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +14,8 @@ from transduce.engine import io_names as names
 
 def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
     """Write the shortlist variant of ``decoder`` to ``out``; returns the projection rows (V, d_model) it no longer
-    holds. The projection is the last MatMul whose second input is a (d_model, ``vocab``) weight."""
+    holds. The projection is the last MatMul whose second input is a (d_model, ``vocab``) weight; the graph's one
+    LogSoftmax then normalises over the candidates its row's mask keeps (the others get a log-probability of -1e9)."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -37,6 +40,10 @@ def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
                 f"{decoder}: the output projection is followed by {consumer.op_type} with a vocabulary-sized "
                 f"{sized[0]} (a final logits bias): a shortlist needs a model without one; export with --no-shortlist"
             )
+    softmaxes = [n for n in graph.node if n.op_type == "LogSoftmax"]
+    if len(softmaxes) != 1:
+        raise ValueError(f"{decoder} has {len(softmaxes)} LogSoftmax nodes, not one: cannot make a shortlist graph")
+    _mask_before(graph, softmaxes[0])
     transposed = f"{names.DEC_VOCAB_PROJECTION}.T"
     graph.node.insert(
         list(graph.node).index(node),
@@ -56,6 +63,29 @@ def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
     return np.ascontiguousarray(weight.T)
+
+
+def _mask_before(graph: Any, softmax: Any) -> None:
+    """Give the LogSoftmax's input -1e9 wherever the (R, C) bool input ``vocab_mask`` is false (the mask is reshaped
+    to the logits' shape, e.g. (R, 1, C))."""
+    from onnx import TensorProto, helper
+
+    logits, prefix = softmax.input[0], names.DEC_VOCAB_MASK
+    nodes = [
+        helper.make_node("Shape", [logits], [f"{prefix}.shape"]),
+        helper.make_node("Reshape", [names.DEC_VOCAB_MASK, f"{prefix}.shape"], [f"{prefix}.reshaped"]),
+        helper.make_node(
+            "Constant", [], [f"{prefix}.off"], value=helper.make_tensor(f"{prefix}.off", TensorProto.FLOAT, [], [-1e9])
+        ),
+        helper.make_node("Where", [f"{prefix}.reshaped", logits, f"{prefix}.off"], [f"{prefix}.logits"]),
+    ]
+    at = list(graph.node).index(softmax)
+    for i, node in enumerate(nodes):
+        graph.node.insert(at + i, node)
+    softmax.input[0] = f"{prefix}.logits"
+    graph.input.append(
+        helper.make_tensor_value_info(names.DEC_VOCAB_MASK, TensorProto.BOOL, ["batch_size", names.CANDIDATE_AXIS])
+    )
 
 
 def _elem_type(weight: np.ndarray) -> int:
