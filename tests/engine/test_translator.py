@@ -243,5 +243,17 @@ def test_replicas_decode_side_by_side_with_the_same_outputs(tiny_model_dir: Path
         assert [r.tokens for r in results] == [
             r.tokens for r in one.translate(batch, source_lang="en", target_lang="de")
         ]
-    with pytest.raises(ValueError, match="replicas must be a positive integer"):
-        Translator(tiny_model_dir, device="cpu", replicas=0)
+    with pytest.raises(ValueError, match="replicas must be a positive integer or 0"):
+        Translator(tiny_model_dir, device="cpu", replicas=-1)
+
+
+@pytest.mark.parametrize(("cores", "expected"), [({0}, 1), ({0, 1}, 2), (set(range(8)), 2)])
+def test_auto_replicas_two_on_a_multi_core_cpu_sharing_one_shortlist(
+    shortlist_model_dir: Path, monkeypatch: pytest.MonkeyPatch, cores: set[int], expected: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: cores)
+    auto = Translator(shortlist_model_dir, device="cpu", replicas=0)
+    assert len(auto.runners) == expected
+    assert all(r.sessions.options.intra_op_num_threads == max(1, len(cores) // expected) for r in auto.runners)
+    shortlists = {id(r.sessions.shortlist) for r in auto.runners}
+    assert len(shortlists) == 1 and auto.runner.sessions.shortlist is not None  # one table and projection in memory

@@ -133,6 +133,19 @@ async def test_the_runaway_guard_is_a_setting(tiny_translator: Translator, sched
     assert produced == cap  # the random model ran to the tight cap: the setting, not the model, stopped it
 
 
+@pytest.mark.parametrize(("scheduler", "expected"), [("static", 2), ("step", 1)])
+def test_engine_replicas_default_to_two_on_two_cores_and_one_for_the_step_scheduler(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, expected: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    settings = Settings(model_dir=str(tiny_model_dir), device="cpu", scheduler=scheduler)
+    assert settings.engine_replicas == 0  # auto
+    engine = load_translator(settings)
+    assert isinstance(engine, Translator) and len(engine.runners) == expected
+    with pytest.raises(ValueError, match="must be >= 0"):
+        Settings(engine_replicas=-1)
+
+
 async def test_engine_replicas_serve_concurrent_requests_like_one(
     tiny_translator: Translator, tiny_model_dir: Path
 ) -> None:

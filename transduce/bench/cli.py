@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch1-sentences", type=int, default=100, help="sentences for the batch-1 rows")
     parser.add_argument("--requests", type=int, default=256, help="requests per concurrency level (load)")
     parser.add_argument("--concurrency", default="1,4,16,64", help="client counts (load)")
+    parser.add_argument(
+        "--arrivals",
+        default="0.3,0.6",
+        help="open-loop arrival rates of the mixed workload, as fractions of the engine alone's capacity (load; "
+        "empty: none)",
+    )
     parser.add_argument("--beam-size", type=int, default=4, help="beam size (load)")
     parser.add_argument(
         "--modes",
@@ -78,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             run_load(
                 str(resolve_model_dir(args.model)),
                 concurrency=levels,
+                arrivals=tuple(float(a) for a in args.arrivals.split(",") if a.strip()),
                 requests=args.requests,
                 beam=args.beam_size,
                 threads=max(threads),

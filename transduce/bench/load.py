@@ -1,7 +1,12 @@
 """``transduce bench load``: the real service under a bounded async load, in three modes: step-level scheduling
 (sentences join the running batch between decoder steps), static batching (a batch runs to completion) and
 batching off (one sentence at a time); on a uniform workload and on a mixed one (80 % short requests, 20 % long
-ones, beams mixed), where the short requests' own latency is reported too."""
+ones, beams mixed), where the short requests' own latency is reported too.
+
+Closed loop: N clients, each sending its next request when the last one is answered (the server is saturated from 4
+clients on, so latency mostly measures the queue). Open loop: requests of the mixed workload arrive at a fixed mean
+rate (Poisson, seeded), as independent users' do, at fractions of the engine's own capacity; latency counts from the
+scheduled arrival, so it includes any time the request waited for the server."""
 
 from __future__ import annotations
 
@@ -68,13 +73,15 @@ class Request:
 
 def workload(sentences: list[str], requests: int, beam: int, mixed: bool) -> list[Request]:
     """``requests`` requests: one sentence each at ``beam`` (uniform), or mixed: 4 in 5 short (one sentence, beam 1
-    or ``beam`` alternately) and 1 in 5 long (five sentences, beam ``beam``)."""
+    or ``beam`` alternately) and 1 in 5 long (five sentences, one per line, beam ``beam``)."""
     if not mixed:
         return [Request(sentences[i % len(sentences)], beam, True) for i in range(requests)]
     out = []
     for i in range(requests):
         if i % 5 == 4:
-            text = " ".join(sentences[(i + j) % len(sentences)] for j in range(5))
+            # one verse per line: joined by spaces, a verse ending without a full stop ran into the next one, and
+            # such a run can pass the service's sentence limit (a 400)
+            text = "\n".join(sentences[(i + j) % len(sentences)] for j in range(5))
             out.append(Request(text, beam, False))
         else:
             out.append(Request(sentences[i % len(sentences)], 1 if i % 2 else beam, True))
@@ -82,6 +89,7 @@ def workload(sentences: list[str], requests: int, beam: int, mixed: bool) -> lis
 
 
 async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, Any]:
+    """Closed loop: ``concurrency`` clients send the requests one after another."""
     latencies: list[tuple[bool, float]] = []
     errors = 0
     queue = list(range(len(load)))
@@ -91,16 +99,43 @@ async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, A
         while queue:
             request = load[queue.pop()]
             started = time.perf_counter()
-            body = {"q": request.text, "source": "en", "target": "de", "beam_size": request.beam}
-            r = await client.post("/translate", json=body)
+            errors += not await _send(client, request)
             latencies.append((request.short, (time.perf_counter() - started) * 1000))
-            errors += r.status_code != 200
 
     limits = httpx.Limits(max_connections=concurrency + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         started = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
+    return _summary(load, latencies, errors, elapsed)
+
+
+async def _drive_open(url: str, load: list[Request], rate: float, seed: int = 0) -> dict[str, Any]:
+    """Open loop: request i is sent at the i-th arrival of a Poisson process of ``rate`` per second, whatever the
+    server is doing; its latency counts from that arrival."""
+    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, len(load)))
+    latencies: list[tuple[bool, float]] = []
+    errors = 0
+
+    async def one(client: httpx.AsyncClient, request: Request, at: float, start: float) -> None:
+        nonlocal errors
+        await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+        errors += not await _send(client, request)
+        latencies.append((request.short, (time.perf_counter() - start - at) * 1000))
+
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=httpx.Limits(max_connections=None)) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(one(client, r, float(a), started) for r, a in zip(load, arrivals, strict=True)))
+        elapsed = time.perf_counter() - started
+    return _summary(load, latencies, errors, elapsed)
+
+
+async def _send(client: httpx.AsyncClient, request: Request) -> bool:
+    body = {"q": request.text, "source": "en", "target": "de", "beam_size": request.beam}
+    return (await client.post("/translate", json=body)).status_code == 200
+
+
+def _summary(load: list[Request], latencies: list[tuple[bool, float]], errors: int, elapsed: float) -> dict[str, Any]:
     every = [ms for _, ms in latencies]
     short = [ms for is_short, ms in latencies if is_short]
     return {
@@ -109,6 +144,7 @@ async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, A
         "seconds": round(elapsed, 2),
         "requests_per_s": round(len(load) / elapsed, 2),
         **{f"p{q}_ms": round(float(np.percentile(every, q)), 1) for q in (50, 95, 99)},
+        "short_p50_ms": round(float(np.percentile(short, 50)), 1),
         "short_p99_ms": round(float(np.percentile(short, 99)), 1),
     }
 
@@ -158,10 +194,15 @@ def offline_throughput(model_dir: str, sentences: list[str], beam: int, threads:
     return len(sentences) / (time.perf_counter() - started)
 
 
-def _level(url: str, pid: int, load: list[Request], concurrency: int) -> dict[str, Any]:
-    """One concurrency level: the load, the service's counters and where the CPU went."""
+def _level(url: str, pid: int, load: list[Request], concurrency: int | None, rate: float | None) -> dict[str, Any]:
+    """One level (``concurrency`` clients, or open-loop arrivals at ``rate`` per second): the load, the service's
+    counters and where the CPU went."""
     before, cpu_before, client_before = _counters(url), _cpu_seconds(pid), time.process_time()
-    row = asyncio.run(_drive(url, load, concurrency))
+    if rate is not None:
+        row = asyncio.run(_drive_open(url, load, rate))
+    else:
+        assert concurrency is not None
+        row = asyncio.run(_drive(url, load, concurrency))
     client_cpu = time.process_time() - client_before
     after, cpu_after = _counters(url), _cpu_seconds(pid)
     n = len(load)
@@ -180,6 +221,7 @@ def run(
     model_dir: str,
     *,
     concurrency: tuple[int, ...] = (1, 4, 16, 64),
+    arrivals: tuple[float, ...] = (0.3, 0.6),
     requests: int = 256,
     beam: int = 4,
     threads: int = 2,
@@ -188,25 +230,33 @@ def run(
     sentences: list[str] | None = None,
     modes: tuple[str, ...] = MODES,
 ) -> dict[str, Any]:
-    """Every mode at every concurrency, uniform and mixed workloads; load.json + load.md. ``sentences``: one per
+    """Every mode at every concurrency, uniform and mixed workloads, then the mixed workload open-loop at each of
+    ``arrivals`` (fractions of the engine alone's capacity for it); load.json + load.md. ``sentences``: one per
     request, cycled (default: English verses of the Bible dev chapters)."""
     if sentences is None:
         sentences = source_sentences(max(requests, 64), work)[:requests]
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would cost the load generator CPU
+    offline = offline_throughput(model_dir, sentences[:requests], beam, threads)
+    # a mixed request is 1.8 sentences on average (4 in 5 have one, 1 in 5 five), counted here all at full beam
+    rates = [round(f * offline / 1.8, 2) for f in arrivals]
     rows = []
     for mode in modes:
         proc, url = serve(model_dir, mode, threads)
         try:
             for mixed in (False, True):
                 load = workload(sentences, requests, beam, mixed)
+                name = "mixed" if mixed else "uniform"
                 for c in concurrency:
-                    name = "mixed" if mixed else "uniform"
                     print(f"bench load: {mode}, {name}, concurrency {c} ...", file=sys.stderr)
-                    rows.append({"mode": mode, "workload": name, "concurrency": c, **_level(url, proc.pid, load, c)})
+                    row = {"mode": mode, "workload": name, "concurrency": c, "arrivals_per_s": None}
+                    rows.append(row | _level(url, proc.pid, load, c, None))
+            for rate in rates:
+                print(f"bench load: {mode}, mixed open loop, {rate} requests/s ...", file=sys.stderr)
+                row = {"mode": mode, "workload": "mixed-open", "concurrency": None, "arrivals_per_s": rate}
+                rows.append(row | _level(url, proc.pid, workload(sentences, requests, beam, True), None, rate))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
-    offline = offline_throughput(model_dir, sentences[:requests], beam, threads)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(),
@@ -224,12 +274,15 @@ def run(
 
 
 def _compare(rows: list[dict[str, Any]], offline: float) -> None:
-    """Ratios within each workload and concurrency: vs batching off, vs static batching, vs the engine alone."""
-    index = {(r["mode"], r["workload"], r["concurrency"]): r for r in rows}
+    """Ratios within each workload and level: vs batching off, vs static batching, vs the engine alone."""
+
+    def key(r: dict[str, Any], mode: str) -> tuple[Any, ...]:
+        return mode, r["workload"], r["concurrency"], r["arrivals_per_s"]
+
+    index = {key(r, r["mode"]): r for r in rows}
     for r in rows:
-        off = index.get(("off", r["workload"], r["concurrency"]))
-        static = index.get(("static", r["workload"], r["concurrency"]))
-        if off is not None and r is not off:
+        off, static = index.get(key(r, "off")), index.get(key(r, "static"))
+        if off is not None and r is not off and r["workload"] != "mixed-open":  # open loop: the rate is the same
             r["speedup_vs_off"] = round(r["requests_per_s"] / off["requests_per_s"], 2)
         if static is not None and r["mode"] == "step":
             r["short_p99_vs_static"] = round(static["short_p99_ms"] / max(r["short_p99_ms"], 1e-9), 2)
@@ -238,20 +291,29 @@ def _compare(rows: list[dict[str, Any]], offline: float) -> None:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The markdown table of load.md."""
+    """The markdown table of load.md: grouped by workload and level, the modes side by side."""
     lines = [
         f"Service load on {result['machine']}, beam {result['beam']} (mixed: 80 % one-sentence requests at beam 1 or "
-        f"{result['beam']}, 20 % five-sentence requests), {result['threads']} threads, {result['requests_per_level']} "
-        f"requests per level, {result['date']}; engine alone: {result['offline_sentences_per_s']} sentences/s.",
+        f"{result['beam']}, 20 % five-sentence requests; mixed-open: the same arriving at a fixed mean rate), "
+        f"{result['threads']} threads, {result['requests_per_level']} requests per level, {result['date']}; engine "
+        f"alone: {result['offline_sentences_per_s']} sentences/s.",
         "",
-        "| mode | workload | clients | req/s | target tok/s | p50 ms | p99 ms | short p99 ms | mean batch | errors | "
-        "vs. off | short p99: static / step | vs. engine alone | CPU ms/request: client, service loop, service |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | load | mode | req/s | target tok/s | p50 ms | p99 ms | short p50 ms | short p99 ms | "
+        "mean batch | errors | vs. off | short p99: static / step | vs. engine alone | CPU ms/request: client, "
+        "service loop, service |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in result["rows"]:
+    workloads, modes = ["uniform", "mixed", "mixed-open"], [*MODES]
+
+    def order(r: dict[str, Any]) -> tuple[int, float, int]:
+        level = r["concurrency"] if r["concurrency"] is not None else r["arrivals_per_s"]
+        return workloads.index(r["workload"]), level, modes.index(r["mode"]) if r["mode"] in modes else len(modes)
+
+    for r in sorted(result["rows"], key=order):
+        level = f"{r['concurrency']} clients" if r["concurrency"] is not None else f"{r['arrivals_per_s']} req/s in"
         lines.append(
-            f"| {r['mode']} | {r['workload']} | {r['concurrency']} | {r['requests_per_s']} | "
-            f"{r['target_tokens_per_s']} | {r['p50_ms']} | {r['p99_ms']} | {r['short_p99_ms']} | "
+            f"| {r['workload']} | {level} | {r['mode']} | {r['requests_per_s']} | "
+            f"{r['target_tokens_per_s']} | {r['p50_ms']} | {r['p99_ms']} | {r['short_p50_ms']} | {r['short_p99_ms']} | "
             f"{r['mean_batch_size']} | {r['errors']} | {r.get('speedup_vs_off', '')} | "
             f"{r.get('short_p99_vs_static', '')} | {r.get('fraction_of_offline', '')} | "
             f"{', '.join(map(str, r['cpu_ms_per_request'].values()))} |"

@@ -68,11 +68,13 @@ def open_runner(
     strict_device: bool = False,
     shortlist: bool = True,
     shortlist_config: ShortlistConfig | None = None,
+    loaded_shortlist: Shortlist | None = None,
 ) -> DecoderRunner:
     """Open the encoder and decoder sessions on ``device``; an IO-binding runner on CUDA, a numpy runner on CPU.
 
     ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
-    (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder."""
+    (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
+    model's shortlist, already loaded by another runner (replicas share one instead of a copy each)."""
     providers = choose_providers(device)
     options = session_options(intra_threads, inter_threads)
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
@@ -85,7 +87,7 @@ def open_runner(
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
     sessions = OrtSessions(manifest, encoder, decoder, providers, options)
     if use_shortlist:
-        sessions.shortlist = load_shortlist(manifest, shortlist_config)
+        sessions.shortlist = loaded_shortlist or load_shortlist(manifest, shortlist_config)
         sessions.shortlist_masks = names.DEC_VOCAB_MASK in {i.name for i in decoder.get_inputs()}
     if device == "cuda" and sessions.provider != CUDA:
         if strict_device:

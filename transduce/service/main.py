@@ -47,7 +47,8 @@ def load_translator(settings: Settings) -> TranslatorLike:
         device=settings.device,
         intra_threads=settings.intra_threads,
         strict_device=settings.strict_device,
-        replicas=settings.engine_replicas,
+        # the step scheduler drives one engine: auto gives it one
+        replicas=settings.engine_replicas or (1 if settings.scheduler == "step" else 0),
         shortlist=settings.shortlist,
     )
 

@@ -191,7 +191,10 @@ class TranslationPipeline:
                 max_batch_tokens=settings.max_batch_tokens,
                 max_wait_ms=settings.max_wait_ms,
                 max_queue_items=settings.max_queue_items,
-                workers=settings.engine_replicas,
+                # one process() call per engine replica the translator opened (auto picks their number)
+                workers=len(translator.runners)
+                if isinstance(translator, Translator)
+                else settings.engine_replicas or 1,
             )
             self.queue = StaticBatching(translator, batcher, self._on_batch)
 
