@@ -247,13 +247,38 @@ def test_replicas_decode_side_by_side_with_the_same_outputs(tiny_model_dir: Path
         Translator(tiny_model_dir, device="cpu", replicas=-1)
 
 
-@pytest.mark.parametrize(("cores", "expected"), [({0}, 1), ({0, 1}, 2), (set(range(8)), 2)])
+@pytest.mark.parametrize(("cores", "expected"), [(1, 1), (2, 2), (8, 2)])
 def test_auto_replicas_two_on_a_multi_core_cpu_sharing_one_shortlist(
-    shortlist_model_dir: Path, monkeypatch: pytest.MonkeyPatch, cores: set[int], expected: int
+    shortlist_model_dir: Path, monkeypatch: pytest.MonkeyPatch, cores: int, expected: int
 ) -> None:
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: cores)
+    for module in ("translator", "session"):
+        monkeypatch.setattr(f"transduce.engine.{module}.usable_cores", lambda: cores)
     auto = Translator(shortlist_model_dir, device="cpu", replicas=0)
     assert len(auto.runners) == expected
-    assert all(r.sessions.options.intra_op_num_threads == max(1, len(cores) // expected) for r in auto.runners)
+    assert all(r.sessions.options.intra_op_num_threads == cores // expected for r in auto.runners)
     shortlists = {id(r.sessions.shortlist) for r in auto.runners}
     assert len(shortlists) == 1 and auto.runner.sessions.shortlist is not None  # one table and projection in memory
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "200000 100000\n"}, 2),  # cgroup v2: 2 CPUs
+        ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs: 2 threads
+        ({"cpu.max": "max 100000\n"}, None),  # unlimited: the affinity
+        ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # cgroup v1
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu.max": "garbage"}, None),
+        ({}, None),
+    ],
+)
+def test_usable_cores_follow_the_containers_cpu_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str], expected: int | None
+) -> None:
+    from transduce.engine.session import usable_cores
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert usable_cores(tmp_path) == (64 if expected is None else expected)

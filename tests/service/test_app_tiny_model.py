@@ -5,7 +5,6 @@ Request shapes, limits, errors and operations are tested over the fake (test_app
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from asgi_lifespan import LifespanManager
 
 from tests.service.harness import EN_DE, build_app, post_then_hang_up, serve, wait_until
 from transduce.engine.options import DecodeOptions
+from transduce.engine.session import usable_cores
 from transduce.engine.translator import Translator
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
@@ -137,7 +137,7 @@ async def test_the_runaway_guard_is_a_setting(tiny_translator: Translator, sched
 def test_engine_replicas_default_to_two_on_two_cores_and_one_for_the_step_scheduler(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, expected: int
 ) -> None:
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr("transduce.engine.translator.usable_cores", lambda: 2)
     settings = Settings(model_dir=str(tiny_model_dir), device="cpu", scheduler=scheduler)
     assert settings.engine_replicas == 0  # auto
     engine = load_translator(settings)
@@ -167,7 +167,7 @@ async def test_engine_replicas_serve_concurrent_requests_like_one(
         )
     engine = loaded[0]
     assert isinstance(engine, Translator) and len(engine.runners) == 2
-    threads = max(1, len(os.sched_getaffinity(0)) // 2)  # the cores shared out between the replicas
+    threads = max(1, usable_cores() // 2)  # the cores shared out between the replicas
     assert all(r.sessions.options.intra_op_num_threads == threads for r in engine.runners)
     for query, reply in zip(queries, replies, strict=True):
         assert reply.status_code == 200, reply.text

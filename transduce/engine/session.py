@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 import os
+from pathlib import Path
 
 import onnxruntime as ort
 
@@ -43,6 +45,30 @@ def choose_providers(device: str) -> list[str]:
     return [CPU]
 
 
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may use: its CPU affinity, capped by a CPU quota of its cgroup (a container started with
+    ``--cpus 2`` on a 64-core host sees 64 cores in its affinity; sizing thread pools by that oversubscribes it)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_quota(cgroup)
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def _cgroup_quota(root: Path) -> float | None:
+    """CPUs allowed by cgroup v2 ``cpu.max`` ("200000 100000") or v1 ``cpu.cfs_quota_us`` / ``cfs_period_us``; None
+    when unlimited or unreadable."""
+    try:
+        if (root / "cpu.max").is_file():
+            quota, _, period = (root / "cpu.max").read_text().strip().partition(" ")
+            return None if quota == "max" else int(quota) / int(period or 100000)
+        v1 = root / "cpu"
+        if (v1 / "cpu.cfs_quota_us").is_file():
+            quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
+            return None if quota_us <= 0 else quota_us / int((v1 / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
 def session_options(intra_threads: int, inter_threads: int, *, spin: bool = True) -> ort.SessionOptions:
     """Full graph optimisation, thread pools sized to the cores this process may use.
 
@@ -51,7 +77,7 @@ def session_options(intra_threads: int, inter_threads: int, *, spin: bool = True
     (measured with ``transduce bench engines``: greedy decoding at batch 1 ran at less than half speed)."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = intra_threads if intra_threads > 0 else len(os.sched_getaffinity(0))
+    opts.intra_op_num_threads = intra_threads if intra_threads > 0 else usable_cores()
     opts.inter_op_num_threads = max(1, inter_threads)
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from transduce.engine.manifest import load_manifest
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.search import Hypothesis, make_search
-from transduce.engine.session import choose_providers, open_runner
+from transduce.engine.session import choose_providers, open_runner, usable_cores
 from transduce.engine.shortlist import ShortlistConfig
 from transduce.tokenizer import Tokenizer
 
@@ -68,7 +67,7 @@ def auto_replicas(device: str) -> int:
     requests' tail latency under a mixed load, and the same with 1 client); on CUDA, or 1 core, 1."""
     if device != "cpu" and CUDA in choose_providers(device):
         return 1
-    return 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+    return 2 if usable_cores() >= 2 else 1
 
 
 class Translator:
@@ -107,7 +106,7 @@ class Translator:
         if replicas == 0:  # after the model is known to load: a missing model is the first thing said
             replicas = auto_replicas(device)
         if intra_threads == 0 and replicas > 1:
-            intra_threads = max(1, len(os.sched_getaffinity(0)) // replicas)
+            intra_threads = max(1, usable_cores() // replicas)
         self.runners: list[DecoderRunner] = []
         for _ in range(replicas):
             self.runners.append(
