@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from transduce.bench.load import MODES, run, workload
 
 SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!"]
@@ -54,3 +56,12 @@ def test_load_bench_drives_the_service_in_every_mode(tiny_model_dir: Path, tmp_p
     assert json.loads((tmp_path / "out" / "load.json").read_text())["rows"] == json.loads(json.dumps(result["rows"]))
     table = (tmp_path / "out" / "load.md").read_text().splitlines()
     assert len([line for line in table if line.startswith(("| uniform", "| mixed"))]) == len(result["rows"]) == 20
+
+
+def test_arrival_fractions_must_be_positive_numbers() -> None:
+    from transduce.bench.cli import _fractions
+
+    assert _fractions("0.3, 0.6,") == (0.3, 0.6) and _fractions("") == ()
+    for bad in ("0", "-1", "nan", "inf", "fast"):
+        with pytest.raises(ValueError, match="--arrivals takes positive numbers"):
+            _fractions(bad)

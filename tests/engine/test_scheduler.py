@@ -4,6 +4,7 @@ cancellation, deadlines, queue limits and shutdown."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -72,12 +73,43 @@ async def test_with_a_shortlist_outputs_equal_standalone_decoding_through_joins_
 
     def recording(tokens: np.ndarray, state: DecoderState) -> np.ndarray:
         log_probs = step(tokens, state)
-        widths.append(log_probs.shape[1])
+        if threading.current_thread().name == "transduce-scheduler":  # not the standalone reference runs
+            widths.append(log_probs.shape[1])
         return log_probs
 
     translator.runner.step = recording  # type: ignore[method-assign]
     await joins_and_leaves_match_standalone(translator, batch_size)
-    assert 0 < min(widths) < max(widths) < translator.manifest.vocab_size  # candidates only, and they changed
+    assert min(widths) > 0 and max(widths) < translator.manifest.vocab_size  # candidates only
+    changes = list(zip(widths, widths[1:], strict=False))
+    assert any(b > a for a, b in changes) and any(b < a for a, b in changes)  # grew on joins, shrank on leaves
+
+
+async def test_with_a_shortlist_a_failed_join_leaves_the_running_sentences_as_they_were(
+    shortlist_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Merging newcomers fails (e.g. out of memory): they fail, and the sentence already decoding goes on over its
+    own candidates, translating as it would alone."""
+    translator = Translator(shortlist_model_dir, device="cpu", intra_threads=1)
+    merge = translator.runner.merge
+    calls = 0
+
+    def failing_once(state: DecoderState, other: DecoderState) -> DecoderState:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise MemoryError("out of memory (simulated)")
+        return merge(state, other)
+
+    monkeypatch.setattr(translator.runner, "merge", failing_once)
+    options = DecodeOptions(beam_size=1, max_decoding_length=12, min_decoding_length=12)  # decodes 12 steps
+    async with running(translator, max_batch_size=4, join_every_steps=1) as (scheduler, steps):
+        first = asyncio.create_task(scheduler.submit(EN[1:2], source_lang="en", target_lang="de", options=options))
+        await wait_for(lambda: len(steps) >= 2)
+        with pytest.raises(MemoryError, match="simulated"):
+            await asyncio.wait_for(scheduler.submit(DE[:1], source_lang="de", target_lang="en", options=options), 10)
+        timed = await asyncio.wait_for(first, 30)
+        assert calls == 1 and not scheduler.closed
+    assert [t.result.tokens for t in timed] == standalone(translator, EN[1:2], "en", "de", options)
 
 
 async def joins_and_leaves_match_standalone(translator: Translator, batch_size: int) -> None:

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             run_load(
                 str(resolve_model_dir(args.model)),
                 concurrency=levels,
-                arrivals=tuple(float(a) for a in args.arrivals.split(",") if a.strip()),
+                arrivals=_fractions(args.arrivals),
                 requests=args.requests,
                 beam=args.beam_size,
                 threads=max(threads),
@@ -97,3 +97,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"transduce bench: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    """``--arrivals``: comma-separated fractions of the engine alone's capacity, each a positive number."""
+    values = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"--arrivals takes positive numbers, got {part!r}") from None
+        if not value > 0 or value == float("inf"):
+            raise ValueError(f"--arrivals takes positive numbers, got {part!r}")
+        values.append(value)
+    return tuple(values)

@@ -15,8 +15,8 @@ FORMAT = "transduce-onnx"
 FORMAT_VERSION = 3  # 2: cross K/V and encoder mask per sentence; 3: per-row positions and self-attention mask
 # Bumped when the exporter writes faster or better graphs with the same interface: a cached export of the shipped
 # model made by an older exporter still loads, but is made again (2: the decoder step written for one new token;
-# 3: the shortlist decoder takes a per-row candidate mask).
-EXPORT_REVISION = 3
+# 3: the shortlist decoder takes a per-row candidate mask; 4: masked candidates get -inf, not -1e9).
+EXPORT_REVISION = 4
 # the files a model directory holds, by manifest key (an export before "gather" was listed wrote gather.onnx anyway)
 FILE_KEYS = {
     "encoder": names.ENCODER_FILE,

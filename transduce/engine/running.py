@@ -101,20 +101,27 @@ class RunningBatch:
             vocab = None if self.shortlist is None else self.shortlist.candidates([j.ids for j in group])
             eos = m.eos_id if vocab is None else int(np.searchsorted(vocab, m.eos_id))
             search = make_search(len(group), options, eos_id=eos, max_lengths=max_lengths, full_rows=True)
-            cohort = Cohort(group, search, state.rows, vocab)
-            masks = self._detach_masks()
-            self.state = state if self.state is None else self.runner.merge(self.state, state)
-            self.cohorts.append(cohort)
-            self._attach_masks(masks, [j.ids for j in group])
+            masks, projection = self._detach_masks()
+            try:
+                merged = state if self.state is None else self.runner.merge(self.state, state)
+            except BaseException:  # e.g. out of memory: the joiners fail, the running rows decode on unchanged
+                if self.state is not None:
+                    self.state.vocab_mask, self.state.projection = masks, projection
+                raise
+            self.state = merged
+            self.cohorts.append(Cohort(group, search, state.rows, vocab))
             self.tokens = np.concatenate([self.tokens, np.full(state.rows, m.decoder_start_id, np.int64)])
+            self._attach_masks(masks, [j.ids for j in group])
         return real, padded
 
-    def _detach_masks(self) -> np.ndarray | None:
-        """Take the running rows' candidate masks (over ``self.vocab``) off the state before a merge."""
+    def _detach_masks(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Take the running rows' candidate masks (over ``self.vocab``) and projection off the state before a
+        merge; returns them (None, None without a shortlist)."""
         if self.state is None or self.shortlist is None:
-            return None
-        masks, self.state.vocab_mask, self.state.projection = self.state.vocab_mask, None, None
-        return masks
+            return None, None
+        taken = self.state.vocab_mask, self.state.projection
+        self.state.vocab_mask = self.state.projection = None
+        return taken
 
     def _attach_masks(self, masks: np.ndarray | None, newcomers: list[Sequence[int]] | None = None) -> None:
         """Rebuild the batch's candidates from its cohorts', and give the state their projection rows and every
@@ -177,7 +184,7 @@ class RunningBatch:
         if not self.cohorts:
             self.state, self.vocab = None, None
         elif len(self.cohorts) < left:  # a cohort left: its candidates no longer cost a column
-            self._attach_masks(self._detach_masks())
+            self._attach_masks(self._detach_masks()[0])
         return finished
 
     def fail(self) -> list[Job]:

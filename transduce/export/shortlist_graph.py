@@ -15,7 +15,7 @@ from transduce.engine import io_names as names
 def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
     """Write the shortlist variant of ``decoder`` to ``out``; returns the projection rows (V, d_model) it no longer
     holds. The projection is the last MatMul whose second input is a (d_model, ``vocab``) weight; the graph's one
-    LogSoftmax then normalises over the candidates its row's mask keeps (the others get a log-probability of -1e9)."""
+    LogSoftmax then normalises over the candidates its row's mask keeps (the others get a log-probability of -inf)."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -66,8 +66,9 @@ def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
 
 
 def _mask_before(graph: Any, softmax: Any) -> None:
-    """Give the LogSoftmax's input -1e9 wherever the (R, C) bool input ``vocab_mask`` is false (the mask is reshaped
-    to the logits' shape, e.g. (R, 1, C))."""
+    """Give the LogSoftmax's input -inf wherever the (R, C) bool input ``vocab_mask`` is false (the mask is reshaped
+    to the logits' shape, e.g. (R, 1, C)): those candidates get a log-probability of -inf, as padding does in the
+    search, and every row keeps at least eos, so no row is all -inf."""
     from onnx import TensorProto, helper
 
     logits, prefix = softmax.input[0], names.DEC_VOCAB_MASK
@@ -75,7 +76,10 @@ def _mask_before(graph: Any, softmax: Any) -> None:
         helper.make_node("Shape", [logits], [f"{prefix}.shape"]),
         helper.make_node("Reshape", [names.DEC_VOCAB_MASK, f"{prefix}.shape"], [f"{prefix}.reshaped"]),
         helper.make_node(
-            "Constant", [], [f"{prefix}.off"], value=helper.make_tensor(f"{prefix}.off", TensorProto.FLOAT, [], [-1e9])
+            "Constant",
+            [],
+            [f"{prefix}.off"],
+            value=helper.make_tensor(f"{prefix}.off", TensorProto.FLOAT, [], [-np.inf]),
         ),
         helper.make_node("Where", [f"{prefix}.reshaped", logits, f"{prefix}.off"], [f"{prefix}.logits"]),
     ]
