@@ -8,7 +8,7 @@ import json
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -195,8 +195,10 @@ def _hf_generate(model: MarianMTModel, seqs: list[list[int]], **kwargs: Any) -> 
     pad = model.config.pad_token_id
     assert pad is not None
     ids, mask = _batch(seqs, pad)
+    # generate()'s typing changes between transformers releases (5.24 fixed the self type 5.23 got wrong)
+    generate = cast(Any, model).generate
     with torch.no_grad():
-        out = model.generate(  # type: ignore[misc]
+        out = generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False, forced_eos_token_id=None,
             **kwargs,
         )  # fmt: skip
