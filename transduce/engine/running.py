@@ -98,7 +98,7 @@ class RunningBatch:
             if self.beam > 1:  # beam_size rows per sentence from the start (BeamSearch full_rows)
                 self.runner.reorder(state, np.repeat(np.arange(len(group)), self.beam), None)
             max_lengths = options.max_lengths([len(j.ids) for j in group], m.max_positions - 1)
-            vocab = None if self.shortlist is None else self.shortlist.candidates([j.ids for j in group])
+            vocab, own = (None, None) if self.shortlist is None else self.shortlist.batch([j.ids for j in group])
             eos = m.eos_id if vocab is None else int(np.searchsorted(vocab, m.eos_id))
             search = make_search(len(group), options, eos_id=eos, max_lengths=max_lengths, full_rows=True)
             masks, projection = self._detach_masks()
@@ -111,7 +111,7 @@ class RunningBatch:
             self.state = merged
             self.cohorts.append(Cohort(group, search, state.rows, vocab))
             self.tokens = np.concatenate([self.tokens, np.full(state.rows, m.decoder_start_id, np.int64)])
-            self._attach_masks(masks, [j.ids for j in group])
+            self._attach_masks(masks, None if own is None or vocab is None else (own, vocab))
         return real, padded
 
     def _detach_masks(self) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -123,10 +123,10 @@ class RunningBatch:
         self.state.vocab_mask = self.state.projection = None
         return taken
 
-    def _attach_masks(self, masks: np.ndarray | None, newcomers: list[Sequence[int]] | None = None) -> None:
+    def _attach_masks(self, masks: np.ndarray | None, joined: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Rebuild the batch's candidates from its cohorts', and give the state their projection rows and every
-        row's mask over them: the running rows' ``masks`` (over the old candidates) moved to their new columns, the
-        ``newcomers``' sentences' own (beam rows each, at the end)."""
+        row's mask over them: the running rows' ``masks`` (over the old candidates) moved to their new columns, then
+        the ``joined`` sentences' own masks over their cohort's candidates (beam rows each, at the end)."""
         if self.shortlist is None or self.state is None:
             return
         old = self.vocab
@@ -136,12 +136,10 @@ class RunningBatch:
             cohort.columns = np.searchsorted(self.vocab, cohort.vocab)
         parts = []
         if masks is not None and old is not None:
-            moved = np.zeros((len(masks), len(self.vocab)), bool)
-            kept = np.isin(old, self.vocab)  # a column no live cohort has is false on every running row
-            moved[:, np.searchsorted(self.vocab, old[kept])] = masks[:, kept]
-            parts.append(moved)
-        if newcomers:
-            parts.append(np.repeat(self.shortlist.masks(newcomers, self.vocab), self.beam, axis=0))
+            parts.append(_in_columns(masks, old, self.vocab))
+        if joined is not None:
+            own, vocab = joined
+            parts.append(np.repeat(_in_columns(own, vocab, self.vocab), self.beam, axis=0))
         self.state.vocab_mask = np.concatenate(parts)
         self.state.projection = self.shortlist.rows(self.vocab)
 
@@ -192,6 +190,15 @@ class RunningBatch:
         jobs = self.live_jobs()
         self.state, self.cohorts, self.tokens, self.vocab = None, [], np.zeros(0, np.int64), None
         return jobs
+
+
+def _in_columns(masks: np.ndarray, source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """(N, len(target)) bool: ``masks`` over the sorted ids ``source`` moved to the sorted ids ``target``; a source
+    column missing from ``target`` must be false on every row (no live sentence has it as a candidate)."""
+    out = np.zeros((len(masks), len(target)), bool)
+    kept = np.isin(source, target)
+    out[:, np.searchsorted(target, source[kept])] = masks[:, kept]
+    return out
 
 
 def _by_options(jobs: list[Job]) -> dict[DecodeOptions, list[Job]]:

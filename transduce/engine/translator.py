@@ -63,8 +63,8 @@ def count_source_tokens(tokenizer: Tokenizer, text: str) -> int:
 
 def auto_replicas(device: str) -> int:
     """Engine replicas for ``replicas=0``: on a CPU with 2 or more cores, 2 (on the 2-core bench machine, 2
-    replicas of 1 thread served 1.2-1.5x the requests/s of 1 of 2 threads from 4 clients on, with half the short
-    requests' tail latency under a mixed load, and the same with 1 client); on CUDA, or 1 core, 1."""
+    replicas of 1 thread served 1.17-1.49x the requests/s of 1 of 2 threads at beam 4 from 16 clients on and cut
+    the short requests' open-loop p99 to 0.5-0.8x; with 1-4 clients 0.78-1.30x); on CUDA, or 1 core, 1."""
     if device != "cpu" and CUDA in choose_providers(device):
         return 1
     return 2 if usable_cores() >= 2 else 1
