@@ -36,7 +36,7 @@ class Recorder:
         self.max_active = 0
         self._lock = threading.Lock()
 
-    def __call__(self, key: str, items: list[str]) -> list[str]:
+    def __call__(self, key: str, items: list[str], deliver: Callable[[int, str], None]) -> list[str]:
         with self._lock:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
@@ -204,7 +204,7 @@ def test_failed_batch_fails_only_its_requests_and_the_next_batch_succeeds() -> N
 def test_wrong_result_count_fails_the_batch_with_a_clear_error() -> None:
     stats: list[BatchStats] = []
 
-    def process(key: str, items: list[str]) -> list[str]:
+    def process(key: str, items: list[str], deliver: Callable[[int, str], None]) -> list[str]:
         return items[:1]
 
     async def main() -> tuple[Any, Any]:
@@ -510,3 +510,53 @@ def test_two_workers_run_a_second_batch_while_the_first_is_held() -> None:
         await batcher.stop()
 
     run(main, recorder)
+
+
+def test_items_delivered_early_answer_their_request_before_the_batch_ends() -> None:
+    gate = threading.Event()
+
+    def process(key: str, items: list[str], deliver: Callable[[int, str], None]) -> list[str]:
+        for i, item in enumerate(items):
+            if item.startswith("quick"):
+                deliver(i, f"early:{item}")
+        assert gate.wait(10), "test never released the gate"
+        return [f"late:{item}" for item in items]
+
+    async def main() -> tuple[list[str], bool, list[str], list[str]]:
+        batcher: DynamicBatcher[str, str, str] = DynamicBatcher(
+            process, BatcherConfig(max_batch_size=4, max_wait_ms=10_000)
+        )
+        await batcher.start()
+        quick = asyncio.create_task(batcher.submit("k", ["quick1", "quick2"]))
+        mixed = asyncio.create_task(batcher.submit("k", ["quick3", "slow"]))
+        slow = asyncio.create_task(batcher.submit("k", ["slow2"]))  # the fourth item fills the batch
+        first = await asyncio.wait_for(quick, 5)  # answered while process() still holds the batch
+        waiting = not mixed.done() and not slow.done()
+        gate.set()
+        out = first, waiting, await mixed, await slow
+        await batcher.stop()
+        return out
+
+    try:
+        first, waiting, mixed, slow = asyncio.run(main())
+    finally:
+        gate.set()
+    assert first == ["early:quick1", "early:quick2"] and waiting
+    assert mixed == ["early:quick3", "late:slow"]  # an item delivered early keeps that result
+    assert slow == ["late:slow2"]
+
+
+def test_a_bad_early_delivery_fails_the_batch_with_a_clear_error() -> None:
+    def process(key: str, items: list[str], deliver: Callable[[int, str], None]) -> list[str]:
+        deliver(len(items), "nowhere")
+        return items
+
+    async def main() -> Any:
+        batcher: DynamicBatcher[str, str, str] = DynamicBatcher(process, BatcherConfig(max_wait_ms=0))
+        await batcher.start()
+        bad = await settled(batcher.submit("k", ["a", "b"]))
+        await batcher.stop()
+        return bad
+
+    bad = run(main)
+    assert isinstance(bad, ValueError) and "deliver() got item index 2; the batch has items 0 to 1" in str(bad)

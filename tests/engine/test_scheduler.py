@@ -100,13 +100,27 @@ async def test_with_a_shortlist_a_failed_join_leaves_the_running_sentences_as_th
             raise MemoryError("out of memory (simulated)")
         return merge(state, other)
 
+    queued = threading.Event()  # the newcomer is in the queue: the first sentence may take its second step
+    step, steps_taken = translator.runner.step, 0
+
+    def held(tokens: np.ndarray, state: DecoderState) -> np.ndarray:
+        nonlocal steps_taken
+        steps_taken += 1
+        if steps_taken == 2:  # so the join always happens mid-decode, however fast the first sentence decodes
+            assert queued.wait(10), "the newcomer was never queued"
+        return step(tokens, state)
+
     monkeypatch.setattr(translator.runner, "merge", failing_once)
+    monkeypatch.setattr(translator.runner, "step", held)
     options = DecodeOptions(beam_size=1, max_decoding_length=12, min_decoding_length=12)  # decodes 12 steps
     async with running(translator, max_batch_size=4, join_every_steps=1) as (scheduler, steps):
         first = asyncio.create_task(scheduler.submit(EN[1:2], source_lang="en", target_lang="de", options=options))
-        await wait_for(lambda: len(steps) >= 2)
+        await wait_for(lambda: steps_taken >= 2)  # the scheduler holds the first sentence after one step
+        second = asyncio.create_task(scheduler.submit(DE[:1], source_lang="de", target_lang="en", options=options))
+        await wait_for(lambda: scheduler.queue_depth >= 1)
+        queued.set()
         with pytest.raises(MemoryError, match="simulated"):
-            await asyncio.wait_for(scheduler.submit(DE[:1], source_lang="de", target_lang="en", options=options), 10)
+            await asyncio.wait_for(second, 10)
         timed = await asyncio.wait_for(first, 30)
         assert calls == 1 and not scheduler.closed
     assert [t.result.tokens for t in timed] == standalone(translator, EN[1:2], "en", "de", options)

@@ -69,6 +69,37 @@ def test_output_does_not_depend_on_batch(tiny_translator: Translator, beam_size:
     assert [r.tokens for r in small_chunks] == [r.tokens for r in together]
 
 
+@pytest.mark.parametrize(("beam_size", "shortlist"), [(1, False), (3, False), (3, True)])
+def test_each_result_is_handed_over_as_soon_as_its_sentence_ends(
+    tiny_translator: Translator,
+    shortlist_model_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    beam_size: int,
+    shortlist: bool,
+) -> None:
+    translator = Translator(shortlist_model_dir, device="cpu") if shortlist else tiny_translator
+    runner = translator.runner
+    steps = 0
+    step = runner.step
+
+    def counted(*args: Any) -> Any:
+        nonlocal steps
+        steps += 1
+        return step(*args)
+
+    monkeypatch.setattr(runner, "step", counted)
+    texts = [*SENTENCES, "  "]  # a blank input is answered without decoding, with the others
+    options = DecodeOptions(beam_size=beam_size, num_hypotheses=2 if beam_size > 1 else 1, return_scores=True)
+    early: list[tuple[int, Any, int]] = []
+    results = translator.translate(
+        texts, source_lang="en", target_lang="de", options=options, on_result=lambda i, r: early.append((i, r, steps))
+    )
+    assert sorted(i for i, _, _ in early) == list(range(len(SENTENCES)))  # each decoded input once
+    assert all(results[i] == result for i, result, _ in early)
+    assert min(at for _, _, at in early) < steps  # some were handed over while others still decoded
+    assert results == translator.translate(texts, source_lang="en", target_lang="de", options=options)
+
+
 def test_beam_search_scores_at_least_greedy(tiny_translator: Translator) -> None:
     greedy = tiny_translator.translate(
         SENTENCES,

@@ -172,3 +172,26 @@ async def test_engine_replicas_serve_concurrent_requests_like_one(
     for query, reply in zip(queries, replies, strict=True):
         assert reply.status_code == 200, reply.text
         assert reply.json() == {"translatedText": alone(tiny_translator, query, beam=1)[0]}
+
+
+async def test_static_batching_answers_a_request_when_its_own_sentence_is_done(tiny_translator: Translator) -> None:
+    from transduce.engine.batcher import BatcherConfig, BatchStats
+    from transduce.service.pipeline import StaticBatching
+
+    batches: list[BatchStats] = []
+    queue = StaticBatching(tiny_translator, BatcherConfig(max_batch_size=2, max_wait_ms=10_000), batches.append)
+    options = DecodeOptions(beam_size=1)
+    texts = ["Tag", "The small blue dog runs to the green house and sees the water."]
+    await queue.start()
+    try:
+        answers = await asyncio.gather(
+            *(queue.submit([t], source_lang="en", target_lang="de", options=options) for t in texts)
+        )
+    finally:
+        await queue.stop()
+    assert [b.size for b in batches] == [2]  # one batch held both
+    short, long = (timed for (timed,) in answers)
+    assert len(short.result.tokens[0]) < len(long.result.tokens[0])  # greedy: fewer tokens, fewer steps
+    assert short.started == long.started and short.finished < long.finished  # handed over before the batch ended
+    for timed, text in zip((short, long), texts, strict=True):
+        assert timed.result.hypotheses == alone(tiny_translator, text, beam=1)

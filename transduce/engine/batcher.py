@@ -19,6 +19,8 @@ K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
 
+Deliver = Callable[[int, R], None]  # process() hands the result of its i-th item over before the batch ends
+
 log = logging.getLogger("transduce.batcher")
 
 
@@ -115,11 +117,15 @@ class _Item(Generic[K, T, R]):
 
 
 class DynamicBatcher(Generic[K, T, R]):
-    """Merges items of concurrent requests into engine calls of ``process(key, items) -> results``."""
+    """Merges items of concurrent requests into engine calls of ``process(key, items, deliver) -> results``.
+
+    ``process`` may call ``deliver(i, result)`` (from its worker thread) as soon as item ``i`` is done: a request
+    whose items are all delivered is answered then, not when the rest of the batch is. It still returns one result
+    per item, in order; those of items already delivered are ignored."""
 
     def __init__(
         self,
-        process: Callable[[K, list[T]], list[R]],
+        process: Callable[[K, list[T], Deliver[R]], list[R]],
         config: BatcherConfig | None = None,
         *,
         cost: Callable[[T], int] = lambda _: 1,
@@ -306,8 +312,21 @@ class DynamicBatcher(Generic[K, T, R]):
         started = time.monotonic()
         self._running.append(batch)
         ok = True
+        loop = asyncio.get_running_loop()
+        delivered: set[int] = set()  # touched on the loop's thread only
+
+        def hand_over(i: int, result: R) -> None:
+            if i not in delivered:
+                delivered.add(i)
+                batch[i].request.deliver(batch[i].index, result)
+
+        def deliver(i: int, result: R) -> None:  # called in the worker thread
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(batch):
+                raise ValueError(f"deliver() got item index {i!r}; the batch has items 0 to {len(batch) - 1}")
+            loop.call_soon_threadsafe(hand_over, i, result)
+
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self._executor, self.process, key, inputs)
+            results = await loop.run_in_executor(self._executor, self.process, key, inputs, deliver)
             if len(results) != len(inputs):
                 raise RuntimeError(
                     f"process() returned {len(results)} results for {len(inputs)} items; "
@@ -321,8 +340,8 @@ class DynamicBatcher(Generic[K, T, R]):
                 request.fail(exc)
             self._drop(failed)  # their items in later batches are not processed
         else:
-            for item, result in zip(batch, results, strict=True):
-                item.request.deliver(item.index, result)
+            for i, result in enumerate(results):
+                hand_over(i, result)
         self._running = [b for b in self._running if b is not batch]
         if self.on_batch is not None:
             stats = BatchStats(

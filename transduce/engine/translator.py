@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -32,6 +32,9 @@ class TranslationResult:
     hypotheses: list[str]
     tokens: list[list[int]]
     scores: list[float] = field(default_factory=list)
+
+
+OnResult = Callable[[int, TranslationResult], None]  # (input index, its result) as soon as that input is done
 
 
 @dataclass
@@ -171,8 +174,12 @@ class Translator:
         source_lang: str,
         target_lang: str,
         options: DecodeOptions = DEFAULT_OPTIONS,
+        on_result: OnResult | None = None,
     ) -> list[TranslationResult]:
-        """Translate sentences of ``source_lang`` into ``target_lang``; blank input gives "" without decoding."""
+        """Translate sentences of ``source_lang`` into ``target_lang``; blank input gives "" without decoding.
+
+        ``on_result(i, result)`` is called (on this thread) as soon as input ``i`` is translated, while the rest of
+        its batch may still decode; the returned list holds every result all the same."""
         self.check_pair(source_lang, target_lang)
         todo = [i for i, t in enumerate(texts) if t.strip()]
         blank = TranslationResult(
@@ -182,14 +189,20 @@ class Translator:
         )
         results: list[TranslationResult | None] = [blank] * len(texts)
         encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
-        for i, result in zip(todo, self.translate_batch(encoded, options=options), strict=True):
+        early = None if on_result is None else (lambda j, result: on_result(todo[j], result))
+        for i, result in zip(todo, self.translate_batch(encoded, options=options, on_result=early), strict=True):
             results[i] = result
         return filled(results)
 
     def translate_batch(
-        self, source: Sequence[Sequence[int]], *, options: DecodeOptions = DEFAULT_OPTIONS
+        self,
+        source: Sequence[Sequence[int]],
+        *,
+        options: DecodeOptions = DEFAULT_OPTIONS,
+        on_result: OnResult | None = None,
     ) -> list[TranslationResult]:
-        """Translate source id sequences (tag + pieces + eos); sorted by length and chunked to cut padding."""
+        """Translate source id sequences (tag + pieces + eos); sorted by length and chunked to cut padding.
+        ``on_result``: as in ``translate``, with indices into ``source``."""
         for seq in source:
             if len(seq) == 0:
                 raise ValueError("a source sequence is empty: it needs at least the eos id")
@@ -199,28 +212,47 @@ class Translator:
                 )
         order = sorted(range(len(source)), key=lambda i: len(source[i]))
         results: list[TranslationResult | None] = [None] * len(source)
-        for start in range(0, len(order), options.chunk_size):
-            chunk = order[start : start + options.chunk_size]
-            for i, hyps in zip(chunk, self._decode_chunk([source[i] for i in chunk], options), strict=True):
-                results[i] = TranslationResult(
+
+        def done(i: int, hyps: list[Hypothesis]) -> None:
+            if results[i] is None:
+                result = TranslationResult(
                     hypotheses=[self.tokenizer.decode(h.tokens) for h in hyps],
                     tokens=[list(h.tokens) for h in hyps],
                     scores=[float(h.score) for h in hyps] if options.return_scores else [],
                 )
+                results[i] = result
+                if on_result is not None:
+                    on_result(i, result)
+
+        for start in range(0, len(order), options.chunk_size):
+            chunk = order[start : start + options.chunk_size]
+            early = None if on_result is None else (lambda j, hyps, chunk=chunk: done(chunk[j], hyps))
+            for i, hyps in zip(chunk, self._decode_chunk([source[i] for i in chunk], options, early), strict=True):
+                done(i, hyps)
         return filled(results)
 
-    def _decode_chunk(self, source: Sequence[Sequence[int]], options: DecodeOptions) -> list[list[Hypothesis]]:
+    def _decode_chunk(
+        self,
+        source: Sequence[Sequence[int]],
+        options: DecodeOptions,
+        on_finished: Callable[[int, list[Hypothesis]], None] | None = None,
+    ) -> list[list[Hypothesis]]:
         """Encode once, then step the decoder until the search is done, on a free replica."""
         runner = self._free.get()  # blocks while every replica is busy
         try:
-            return self._decode_on(runner, source, options)
+            return self._decode_on(runner, source, options, on_finished)
         finally:
             self._free.put(runner)
 
     def _decode_on(
-        self, runner: DecoderRunner, source: Sequence[Sequence[int]], options: DecodeOptions
+        self,
+        runner: DecoderRunner,
+        source: Sequence[Sequence[int]],
+        options: DecodeOptions,
+        on_finished: Callable[[int, list[Hypothesis]], None] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Encode once, then step the decoder until the search is done; finished rows leave the batch."""
+        """Encode once, then step the decoder until the search is done; finished rows leave the batch.
+        ``on_finished(i, hypotheses)`` as each sentence ends, before the others of the batch do."""
         m = self.manifest
         S = max(len(s) for s in source)
         ids = np.full((len(source), S), m.pad_id, dtype=np.int64)
@@ -245,6 +277,9 @@ class Translator:
             steps += 1
             if search.is_done():
                 break
+            if on_finished is not None:  # the last step's sentences come back with the batch's result
+                for i, hyps in search.take_finished():
+                    on_finished(i, hyps if vocab is None else _in_vocabulary(hyps, vocab))
             if out.reordered:
                 runner.reorder(
                     state,
@@ -254,7 +289,7 @@ class Translator:
             tokens = out.tokens if vocab is None else vocab[out.tokens]
         hypotheses = search.finalize()
         if vocab is not None:
-            hypotheses = [[Hypothesis(vocab[h.tokens].tolist(), h.score) for h in hyps] for hyps in hypotheses]
+            hypotheses = [_in_vocabulary(hyps, vocab) for hyps in hypotheses]
         with self.stats.lock:
             self.stats.batches += 1
             self.stats.sentences += len(source)
@@ -263,3 +298,8 @@ class Translator:
             self.stats.decoder_steps += steps
             self.stats.generated_tokens += sum(len(h[0].tokens) + 1 for h in hypotheses if h)
         return hypotheses
+
+
+def _in_vocabulary(hyps: list[Hypothesis], vocab: np.ndarray) -> list[Hypothesis]:
+    """Hypotheses of a shortlist search (candidate positions) in vocabulary ids."""
+    return [Hypothesis(vocab[h.tokens].tolist(), h.score) for h in hyps]

@@ -1,8 +1,8 @@
 """From a validated job to the sentence queue and back: one submit per request, translations re-joined per item.
 
 The queue is the engine's step scheduler (``scheduler=step``: sentences join the running batch between decoder
-steps) or request-level batching (``scheduler=static``: a batch runs to completion; for comparison, and for
-translators without step-level decoding, such as the tests' fake).
+steps) or request-level batching (``scheduler=static``: a batch runs to completion, each request answered as soon as
+its own sentences are done; for translators without step-level decoding too, such as the tests' fake).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any, Protocol, TypeVar
 
-from transduce.engine.batcher import BatcherConfig, BatchStats, DynamicBatcher, RequestTooLargeError
+from transduce.engine.batcher import BatcherConfig, BatchStats, Deliver, DynamicBatcher, RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig
 from transduce.engine.scheduler import StepScheduler, StepStats, Timed
 from transduce.engine.translator import TranslationResult, Translator, filled
@@ -104,13 +104,23 @@ class StaticBatching:
         items = [(text, self.translator.count_tokens(text)) for text in texts]
         return await self.batcher.submit((source_lang, target_lang, options), items, deadline=deadline)
 
-    def _process(self, key: Key, items: list[tuple[str, int]]) -> list[Timed]:
-        """Runs in the batcher's worker thread: one engine call for sentences sharing ``key``."""
+    def _process(self, key: Key, items: list[tuple[str, int]], deliver: Deliver[Timed]) -> list[Timed]:
+        """Runs in the batcher's worker thread: one engine call for sentences sharing ``key``. The engine's
+        Translator hands each sentence over as it finishes, so a request is answered when its own sentences are
+        done, not when the longest sentence of its batch is."""
         source, target, options = key
         started = time.monotonic()
-        results = self.translator.translate(
-            [t for t, _ in items], source_lang=source, target_lang=target, options=options
-        )
+        texts = [t for t, _ in items]
+        if isinstance(self.translator, Translator):
+            results = self.translator.translate(
+                texts,
+                source_lang=source,
+                target_lang=target,
+                options=options,
+                on_result=lambda i, r: deliver(i, Timed(r, started, time.monotonic())),
+            )
+        else:  # a translator without early results (the tests' fakes): the batch's results at its end
+            results = self.translator.translate(texts, source_lang=source, target_lang=target, options=options)
         finished = time.monotonic()
         return [Timed(r, started, finished) for r in results]
 
