@@ -120,6 +120,29 @@ def test_candidates_union_of_frequent_cooccurring_source_and_always() -> None:
         Shortlist(table, np.zeros((V - 1, 2)), always=[3])
 
 
+def test_the_unknown_piece_is_a_candidate_only_of_a_source_that_has_one() -> None:
+    V, unk = 20, 1
+    offsets = np.zeros(V + 1, np.int64)
+    offsets[6:] = 3  # piece 5 -> [11, 1, 13]: the table (like the frequent pieces) may hold the unknown piece
+    table = ShortlistTable(V, {4: np.array([1, 8], np.int32)}, {4: offsets}, {4: np.array([11, 1, 13], np.int32)})
+    shortlist = Shortlist(table, np.zeros((V, 2)), always=[3], unk=unk, config=ShortlistConfig(frequent=2))
+    assert shortlist.sentence_candidates([4, 5, 3]).tolist() == [3, 4, 5, 8, 11, 13]
+    assert shortlist.sentence_candidates([4, 5, unk, 3]).tolist() == [1, 3, 4, 5, 8, 11, 13]  # copying it is allowed
+    candidates, masks = shortlist.batch([[4, 5, 3], [4, unk, 3]])
+    assert 1 in candidates.tolist() and masks[:, candidates.tolist().index(1)].tolist() == [False, True]
+    same_as_eos = Shortlist(table, np.zeros((V, 2)), always=[3], unk=3, config=ShortlistConfig(frequent=2))
+    assert 3 in same_as_eos.sentence_candidates([4, 5]).tolist()  # a model without its own unk id keeps eos
+
+
+def test_common_single_words_never_come_back_as_the_unknown_piece(default_translator: Translator) -> None:
+    """The shipped model with its shortlist: a beam search over a short candidate list used to end these as the
+    unknown piece (" ⁇ ")."""
+    assert default_translator.runner.sessions.shortlist is not None
+    words = ["Click", "Link", "Settings", "Remove"]
+    out = default_translator.translate(words, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=4))
+    assert all("⁇" not in r.hypotheses[0] and r.hypotheses[0].strip() for r in out), [r.hypotheses for r in out]
+
+
 def write_corpus(path: Path) -> Path:
     """A train.tsv where every English word of the tiny vocabulary appears with its German translation."""
     path.mkdir(parents=True, exist_ok=True)

@@ -124,7 +124,8 @@ def open_runner(
 
 
 def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None) -> Shortlist:
-    """The shortlist of an export (its table and projection rows); eos and unk are always candidates."""
+    """The shortlist of an export (its table and projection rows); eos is always a candidate, the unknown piece only
+    for a source that has one."""
     path = manifest.path("shortlist")
     try:
         table, projection = load_table(path)
@@ -133,4 +134,4 @@ def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None) ->
     if projection is None or table.vocab_size != manifest.vocab_size:
         raise ModelLoadError(f"{path} does not fit the model ({manifest.vocab_size} pieces): re-export the model")
     unk = int(manifest.raw.get("special_ids", {}).get("unk", manifest.eos_id))
-    return Shortlist(table, projection, always=[manifest.eos_id, unk], config=config)
+    return Shortlist(table, projection, always=[manifest.eos_id], unk=unk, config=config)

@@ -110,8 +110,12 @@ class Shortlist:
         projection: np.ndarray,
         *,
         always: Sequence[int],
+        unk: int | None = None,
         config: ShortlistConfig | None = None,
     ) -> None:
+        """``always``: ids every sentence may produce (eos). ``unk``: the unknown piece, a candidate only of a sentence
+        whose source has one (a beam search over a short candidate list otherwise ends common single words as the
+        unknown piece, rendered " ⁇ ", e.g. "Click" or "Settings")."""
         if projection.ndim != 2 or projection.shape[0] != table.vocab_size:
             raise ValueError(
                 f"the projection must have one row per vocabulary piece ({table.vocab_size}), got {projection.shape}"
@@ -119,6 +123,7 @@ class Shortlist:
         self.table, self.config = table, config or ShortlistConfig()
         self.projection = np.ascontiguousarray(projection, dtype=np.float32)  # (V, d_model)
         self.always = np.asarray(sorted(set(always)), dtype=np.int64)
+        self.unk = None if unk is None or unk in set(always) else int(unk)
         self._frequent = {k: v[: self.config.frequent].astype(np.int64) for k, v in table.frequent.items()}
 
     @property
@@ -145,7 +150,10 @@ class Shortlist:
                 if spans:
                     parts.append(np.concatenate(spans).astype(np.int64))
             parts.append(self._frequent[key])
-        return np.unique(np.concatenate(parts))
+        own = np.unique(np.concatenate(parts))
+        if self.unk is not None and self.unk not in ids:  # the table or frequent pieces may hold it
+            own = own[own != self.unk]
+        return own
 
     def masks(self, sources: Sequence[Sequence[int]], candidates: np.ndarray) -> np.ndarray:
         """(N, C) bool: which of ``candidates`` (sorted; a superset of every sentence's own) each source's own
