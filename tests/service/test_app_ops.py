@@ -351,3 +351,13 @@ def test_cli_flags_override_env_and_a_missing_model_is_one_line(
         root.setLevel(saved[1])
     err = capsys.readouterr().err
     assert status == 1 and err.startswith("transduce serve: cannot load the model") and err.count("\n") == 1
+
+
+async def test_head_is_answered_like_get_without_a_body() -> None:
+    async with serve(FakeTranslator()) as (client, _):
+        for path in ("/health", "/health/ready", "/languages", "/"):
+            got, head = await client.get(path), await client.head(path)
+            assert head.status_code == got.status_code == 200, path
+            assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
+        head = await client.head("/translate")  # a POST route: HEAD is as wrong as GET
+        assert head.status_code == (await client.get("/translate")).status_code == 405

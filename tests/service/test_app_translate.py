@@ -43,6 +43,17 @@ async def test_form_encoded_and_multipart() -> None:
         assert r.status_code == 200 and r.json() == {"translatedText": "Y X"}
 
 
+async def test_fields_in_the_query_string_and_an_unset_format_as_libretranslate_reads_them() -> None:
+    async with serve() as (client, _):
+        r = await client.post("/translate?q=a+b&q=c&source=en&target=de&alternatives=0")  # no body, no content type
+        assert r.status_code == 200 and r.json() == {"translatedText": ["B A", "C"]}, r.text
+        r = await client.post("/translate?q=a&source=en&target=de", content=b"stray")  # a body needs its type
+        assert r.status_code == 415 and "query string" in r.json()["error"]
+        for unset in (None, ""):
+            r = await client.post("/translate", json={"q": "a b", **EN_DE, "format": unset})
+            assert r.status_code == 200 and r.json() == {"translatedText": "B A"}, r.text
+
+
 async def test_sentences_are_translated_one_by_one_and_rejoined_with_their_whitespace() -> None:
     fake = FakeTranslator()
     async with serve(fake) as (client, _):

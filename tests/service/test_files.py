@@ -45,6 +45,26 @@ async def test_a_text_file_keeps_its_lines_blank_lines_and_indentation(tmp_path:
     assert got.text == expected
 
 
+@pytest.mark.parametrize(
+    ("name", "stored"),
+    [
+        ("Übersetzung über.txt", "Übersetzung_über.de.txt"),  # letters of any script are kept
+        ("日本.txt", "日本.de.txt"),
+        ("🙂 ✓.txt", "translation.de.txt"),  # nothing of the stem is left: not a name that looks like "de.txt"
+        ("../../etc/passwd.txt", "passwd.de.txt"),  # the sender's folders are never part of the name
+        ("名" * 120 + ".txt", "名" * 50 + ".de.txt"),  # cut to 150 UTF-8 bytes, within what file systems allow
+    ],
+)
+async def test_download_names_keep_the_senders_letters(tmp_path: Path, name: str, stored: str) -> None:
+    from urllib.parse import quote
+
+    async with serve(files_dir=str(tmp_path)) as (client, _):
+        r = await upload(client, name, b"Hello world.")
+        assert r.json()["translatedFileUrl"].endswith("/" + quote(stored)), r.text
+        got = await fetch(client, r)
+    assert got.status_code == 200 and quote(stored) in got.headers["content-disposition"]
+
+
 async def test_markdown_keeps_markers_and_code() -> None:
     md = "# The title\n\n- first item\n1. second item\n> quoted text\n\n```\ncode stays\n```\n    indented code\n"
     async with serve() as (client, _):
@@ -117,13 +137,27 @@ async def test_a_sentence_over_the_token_limit_is_translated_in_parts_not_refuse
     assert got.text.split("\n")[1] == fake_translation("Next line.")
 
 
+def zipped(members: dict[str, bytes]) -> bytes:
+    """A zip archive of ``members`` (name -> bytes)."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(
     ("name", "data", "status", "message"),
     [
         ("slides.pptx", b"x", 400, "not supported: send .txt, .md, .html, .htm, .docx"),
         ("noext", b"x", 400, "not supported"),
         ("latin1.txt", "Grüße".encode("latin-1"), 400, "is not UTF-8 text"),
-        ("broken.docx", b"PK\x03\x04 not a zip", 400, "not a readable .docx file"),
+        ("broken.docx", b"PK\x03\x04 not a zip", 400, "not a readable .docx file: it is not a zip archive"),
+        ("empty.docx", zipped({"x": b"x"}), 400, "not a readable .docx file: a part every Word document has"),
+        ("badxml.docx", zipped({"[Content_Types].xml": b"<Types"}), 400, "docx file: the XML inside it is damaged"),
         ("big.txt", b"x" * 20_000, 413, "upload exceeds the limit of 3000 bytes (max_file_bytes; the form's other"),
         ("deep.html", b"<b>" * 200 + b"x", 400, "deep.html nests HTML elements more than 128 deep"),
         ("many.txt", b"word " * 500, 413, "2499 characters of text, over the limit of 2000 (max_file_chars)"),
@@ -143,6 +177,12 @@ async def test_form_errors_api_keys_and_languages() -> None:
         assert r.status_code == 415 and "multipart/form-data" in r.json()["error"]
         r = await client.post("/translate_file", data={**EN_DE, "api_key": "secret"}, files={"other": ("a", b"x")})
         assert r.status_code == 422 and "file" in r.json()["error"]
+        two = [("file", ("a.txt", b"Hi.")), ("file", ("b.txt", b"Ho."))]
+        r = await client.post("/translate_file", data={**EN_DE, "api_key": "secret"}, files=two)
+        assert r.status_code == 422 and r.json()["error"].endswith("send one file, in the field file"), r.text
+        headers = {"content-type": "multipart/form-data"}
+        r = await client.post("/translate_file", content=b"x", headers=headers)
+        assert r.status_code == 422 and "has no boundary" in r.json()["error"], r.text
         r = await upload(client, "a.txt", b"Hi.", api_key="secret", target="fr")
         assert r.status_code == 400 and "en->fr is not supported" in r.json()["error"]
 

@@ -409,3 +409,34 @@ async def test_placeholders_given_back_as_printf_specifiers_place_the_term_and_l
         "A Pull-Request FOR Node.js HERE.",
         "SEND 5 % OF Pull-Request THE %1 .",  # "%1" is not read as a placeholder: the term goes where its source maps
     ]
+
+
+class Answering(FakeTranslator):
+    """Answers each sentence sent with the text ``answers`` gives for it (the fake's own otherwise)."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def translate(
+        self, texts: Sequence[str], *, source_lang: str, target_lang: str, options: DecodeOptions = DEFAULT_OPTIONS
+    ) -> list[TranslationResult]:
+        own = super().translate(texts, source_lang=source_lang, target_lang=target_lang, options=options)
+        return [
+            TranslationResult([self.answers.get(t, r.hypotheses[0])] * options.num_hypotheses, r.tokens)
+            for t, r in zip(texts, own, strict=True)
+        ]
+
+
+@pytest.mark.parametrize("fmt", ["text", "html"])
+async def test_a_lost_term_is_never_put_inside_another_terms_target(fmt: str) -> None:
+    """The model gave one placeholder twice and lost the other: the lost term goes beside the kept one, whose
+    target ("C plus plus") stays whole (it went after the first "plus" of it)."""
+    glossary = [{"source": "C++", "target": "C plus plus"}, {"source": "Node.js", "target": "Node dot js"}]
+    fake = Answering({"[1] or [2] ?": "[1] oder [1] ?", "Use [1] and [2]": "Nutze [1] und [1]"})
+    q = "C++ or Node.js?" if fmt == "text" else "<p>Use C++ and Node.js</p>"
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "format": fmt, "glossary": glossary})
+    out = r.json()["translatedText"]
+    assert fake.translated[1:] == ["[1] or [2] ?" if fmt == "text" else "Use [1] and [2]"], fake.translated
+    assert "C plus plus" in out and "Node dot js" in out, out

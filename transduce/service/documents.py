@@ -264,7 +264,20 @@ def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
     except ApiError:
         raise
     except Exception as exc:  # noqa: BLE001 - a broken zip raises several types
-        raise ApiError(400, f"{name} is not a readable .docx file ({type(exc).__name__})") from None
+        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
+
+
+def _docx_problem(exc: Exception) -> str:
+    """What is wrong with a file that does not open as a .docx, in words a user can act on."""
+    import zipfile
+
+    if isinstance(exc, zipfile.BadZipFile):
+        return "it is not a zip archive, which every .docx is"
+    if isinstance(exc, KeyError):  # a part the package lists or python-docx needs is not in the archive
+        return "a part every Word document has (such as word/document.xml) is missing from it"
+    if isinstance(exc, etree.XMLSyntaxError):
+        return "the XML inside it is damaged"
+    return "it does not hold a Word document (save it again from a word processor as .docx)"
 
 
 _VISIBLE = etree.XPath(  # where a paragraph's (CT_P) text can be other than blank, as python-docx reads it
@@ -289,7 +302,7 @@ def _docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Document:
     try:
         doc = docx.Document(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - a broken zip or XML raises many types: all mean "not a .docx"
-        raise ApiError(400, f"{name} is not a readable .docx file ({type(exc).__name__})") from None
+        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
     found, seen, size = [], set(), 0
     cells = [cell for table in doc.tables for row in table.rows for cell in row.cells]
     body = (Paragraph(p, doc._body) for p in doc.element.body.iterchildren(qn("w:p")) if _visible(p))  # =paragraphs

@@ -8,17 +8,18 @@ import time
 import uuid
 from pathlib import Path
 
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-MAX_STEM = 100  # characters of a stored name before its last two endings (".de.txt"): file systems allow 255 bytes
+_SAFE = re.compile(r"[^\w.-]+")  # \w: letters and digits of every script (and "_")
+MAX_STEM = 150  # UTF-8 bytes of a stored name before its last two endings (".de.txt"): file systems allow 255 bytes
 MAX_ENDINGS = 40
 
 
 def safe_name(name: str) -> str:
-    """``name`` as a file name we can store and serve: only letters, digits, ``._-``; its stem cut to ``MAX_STEM``
-    characters, its last two endings (the target language, the type) kept."""
-    safe = _SAFE.sub("_", name).strip("._") or "translation"
-    stem, *endings = safe.rsplit(".", 2)
-    return stem[:MAX_STEM] + "".join(f".{ending}" for ending in endings)[-MAX_ENDINGS:]
+    """``name`` as a file name we can store and serve: letters and digits of any script and ``._-``, anything else
+    "_"; its stem cut to ``MAX_STEM`` bytes ("translation" when nothing of it is left), its last two endings (the
+    target language, the type) kept."""
+    stem, *endings = _SAFE.sub("_", name).rsplit(".", 2)
+    stem = stem.strip("._").encode()[:MAX_STEM].decode(errors="ignore") or "translation"
+    return stem + "".join(f".{ending}" for ending in endings if ending.strip("_"))[-MAX_ENDINGS:]
 
 
 class FileStore:

@@ -329,7 +329,10 @@ class Unit:
         All are placed on the translation as it came back, then put in at once (in source order where they meet)."""
         if not lost:
             return text
+        terms = [(p, p + len(t.target)) for j, p in positions.items() if isinstance(t := self.marks[j].node, Term)]
+        # word ends, but not those inside a term already in the text: a term's target is never split
         ends = [w.end() for w in _WORD.finditer(text)]
+        ends = [end for end in ends if not any(a < end < b for a, b in terms)]
         first = re.search(r"\w", self.text[sentence.start : sentence.end])
         words_from = sentence.start + first.start() if first else sentence.end  # where the source's words start
         places = []  # (where, source order, space before, the mark)

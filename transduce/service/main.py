@@ -23,7 +23,7 @@ from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.errors import install_error_handlers
 from transduce.service.filestore import FileStore
-from transduce.service.middleware import RequestContextMiddleware
+from transduce.service.middleware import HeadAsGetMiddleware, RequestContextMiddleware
 from transduce.service.model_metrics import ModelMetrics
 from transduce.service.models import ModelLoader, ModelPool
 from transduce.service.observability import Metrics
@@ -218,6 +218,7 @@ def create_app(
     app.state.transduce = state
     install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, state=state)
+    app.add_middleware(HeadAsGetMiddleware)
     if settings.origins:  # added last, so it runs first: a preflight is answered before anything else
         app.add_middleware(
             CORSMiddleware,

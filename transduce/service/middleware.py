@@ -22,6 +22,27 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 RECORDED_PATHS = ("/translate", "/translate_file")  # the requests counted in /metrics and logged, one line each
 
 
+class HeadAsGetMiddleware:
+    """Answer HEAD as GET without the body (RFC 9110), as LibreTranslate (Flask) does: uptime monitors and
+    ``curl -I`` probe with it, and FastAPI's GET routes alone would answer 405."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Rewrite the method of a HEAD request and drop what the GET answer writes as its body."""
+        if scope["type"] != "http" or scope.get("method") != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, without_body)
+
+
 class RequestContextMiddleware:
     """Echo (or create) X-Request-ID; turn an unexpected exception into a JSON 500; log one line per request to
     ``RECORDED_PATHS``."""

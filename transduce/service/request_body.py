@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import ClientDisconnect
 
 from transduce.service.config import Settings
@@ -88,6 +90,12 @@ async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
         raise ApiError(
             422, "form body cannot be parsed: send application/x-www-form-urlencoded or valid multipart"
         ) from None
+    return _form_fields(form)
+
+
+def _form_fields(form: FormData) -> dict[str, Any]:
+    """A form's (or a query string's) fields as the JSON body would hold them: q one text or a list, the glossary
+    parsed from its JSON text, numbers from their digits."""
     data: dict[str, Any] = {k: form.get(k) for k in form if k != "q"}
     qs = [v for v in form.getlist("q") if isinstance(v, str)]
     if qs:
@@ -149,15 +157,22 @@ async def read_body_as(request: Request, settings: Settings, model: type[M], fie
     failure is a 4xx in our own words (415 content type or encoding, 408/413 body, 422 shape)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     json_body = ctype == "application/json" or ctype.endswith("+json")
-    if not json_body and ctype not in FORM_TYPES:
-        raise ApiError(
-            415,
-            f"unsupported content type {ctype[:80] or '(none)'!r}: send application/json or "
-            "application/x-www-form-urlencoded",
-        )
+    unsupported = ApiError(
+        415,
+        f"unsupported content type {ctype[:80] or '(none)'!r}: send application/json or "
+        "application/x-www-form-urlencoded (or, with no body, the fields in the query string)",
+    )
+    if not json_body and ctype not in FORM_TYPES and (ctype or not request.url.query):
+        raise unsupported
     _check_content_encoding(request)
     body = await _read_body(request, settings.max_body_bytes, settings.request_read_timeout_s)
-    data = parse_json(body) if json_body else await _parse_form(request, body)
+    if not ctype:  # no body type: the fields are in the query string, as LibreTranslate also reads them
+        if body:
+            raise unsupported
+        pairs: list[tuple[str, str | UploadFile]] = [*parse_qsl(request.url.query, keep_blank_values=True)]
+        data: Any = _form_fields(FormData(pairs))
+    else:
+        data = parse_json(body) if json_body else await _parse_form(request, body)
     if not isinstance(data, dict):
         raise ApiError(422, f"body must be a JSON object with {fields}")
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
@@ -75,6 +75,12 @@ class TranslateRequest(BaseModel):
         description="terms to translate as given: [{source, target}], target null to keep the source term; they "
         "override the server's glossary file for the same source term",
     )
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _unset_format_is_text(cls, value: Any) -> Any:
+        """null or "" is text, as LibreTranslate treats a format it was not given."""
+        return "text" if value is None or value == "" else value
 
 
 class DetectedLanguage(BaseModel):

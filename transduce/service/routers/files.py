@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import PurePath
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
@@ -202,7 +203,19 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
     except (ApiError, ClientDisconnect):
         raise
     except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
-        raise ApiError(422, f"the multipart body cannot be read ({type(exc).__name__})") from None
+        raise ApiError(422, f"the multipart body cannot be read: {_form_problem(exc)}") from None
+
+
+def _form_problem(exc: Exception) -> str:
+    """Why starlette's multipart parser refused a body, in this API's terms (its own messages name its limits)."""
+    detail = str(getattr(exc, "detail", "") or exc).lower()
+    if "too many files" in detail:
+        return "send one file, in the field file"
+    if "too many fields" in detail:
+        return "it has too many fields (send file, source and target; api_key and format are optional)"
+    if "boundary" in detail:
+        return "its Content-Type has no boundary, so the parts cannot be told apart"
+    return "it is not well-formed multipart/form-data"
 
 
 @router.post(
@@ -247,7 +260,7 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     state.window.add_request(timing)
     path = PurePath(name)
     file_id, stored = await asyncio.to_thread(state.files.save, f"{path.stem}.{target}{path.suffix}", translated)
-    url = f"{str(request.base_url).rstrip('/')}/download_file/{file_id}/{stored}"
+    url = f"{str(request.base_url).rstrip('/')}/download_file/{file_id}/{quote(stored)}"
     return FileTranslation(translatedFileUrl=url, detectedLanguage=detected)
 
 
