@@ -76,6 +76,13 @@ class Tokenizer:
         tag = self.tag_id(target_lang) if target_lang is not None else None
         return ([tag] if tag is not None else []) + self.encode(text) + [self.eos_id]
 
+    def unknown_runs(self, text: str) -> list[str]:
+        """The runs of ``text`` the vocabulary cannot spell (each is read as one unknown piece, and a model can only
+        write it back as the unknown piece, " ⁇ "): emoji, other scripts; each once, in order."""
+        unk = self.unk_id
+        pieces = self.sp.encode(text, out_type="proto").pieces
+        return list(dict.fromkeys(p.surface for p in pieces if p.id == unk and p.surface.strip()))
+
     def decode(self, ids: Iterable[int]) -> str:
         """Piece ids -> text; control ids (pad/bos/eos/tags) are dropped."""
         return str(self.sp.DecodeIds([int(i) for i in ids if not self.sp.IsControl(int(i))]))

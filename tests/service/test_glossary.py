@@ -440,3 +440,20 @@ async def test_a_lost_term_is_never_put_inside_another_terms_target(fmt: str) ->
     out = r.json()["translatedText"]
     assert fake.translated[1:] == ["[1] or [2] ?" if fmt == "text" else "Use [1] and [2]"], fake.translated
     assert "C plus plus" in out and "Node dot js" in out, out
+
+
+def test_a_terms_word_characters_never_match_inside_a_longer_word_its_other_characters_may_touch_one() -> None:
+    from transduce.service.glossary import Matcher
+    from transduce.service.htmlnodes import Term
+
+    m = Matcher((("cat", "Katze"), ("👋", None), ("C++", None), ("Node.js", None)), html=False)
+    split = {text: [p.source if isinstance(p, Term) else p for p in m.split(text)] for text in CASES}
+    assert split == CASES
+
+
+CASES = {
+    "concat cat": ["concat ", "cat"],  # "cat" inside "concat" is not the term
+    "Hi👋 there": ["Hi", "👋", " there"],  # an emoji glued to a word is
+    "C++x, C++": ["C++", "x, ", "C++"],  # the "+" side may touch a word, the "C" side may not ("AC++" is no term)
+    "AC++ Node.jsx Node.js.": ["AC++ Node.jsx ", "Node.js", "."],
+}

@@ -167,6 +167,11 @@ class Translator:
         """Source length in pieces as the model sees it (tag and eos included)."""
         return count_source_tokens(self.tokenizer, text)
 
+    def unknown_runs(self, text: str) -> list[str]:
+        """Runs of ``text`` the model's vocabulary cannot spell (``Tokenizer.unknown_runs``): the service keeps them
+        as written, as glossary terms to keep, instead of letting the model turn them into " ⁇ "."""
+        return self.tokenizer.unknown_runs(text)
+
     def translate(
         self,
         texts: Sequence[str],

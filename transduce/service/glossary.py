@@ -83,7 +83,10 @@ class Matcher:
         # linear in the text times the longest term however many terms share it; greedy optional groups prefer
         # the longest term and back off to a shorter one that ends on a word boundary
         pattern = _trie_pattern([source for source, _ in longest], space)
-        self._pattern = re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.IGNORECASE)
+        # a term's word characters are not part of a longer word ("cat" is not in "concat"); a term that starts or
+        # ends with another character (an emoji, "C++") may touch a word on that side ("Hi👋")
+        start, end = r"(?:(?=\w)(?<!\w)|(?!\w))", r"(?:(?<=\w)(?!\w)|(?<!\w))"
+        self._pattern = re.compile(rf"{start}(?:{pattern}){end}", re.IGNORECASE)
         self._targets = {fold(source): target for source, target in longest}
         pairs = zip(alternatives, longest, strict=True)
         self._each = [(re.compile(rf"{p}\Z", re.IGNORECASE), target) for p, (_, target) in pairs]

@@ -28,9 +28,9 @@ from transduce.service.config import Settings
 from transduce.service.detect import Detection, LanguageDetector
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
-from transduce.service.glossary import Terms, duplicate, mask_text, matcher, merged, twice_text
+from transduce.service.glossary import Terms, duplicate, fold, mask_text, matcher, merged, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
-from transduce.service.schemas import TranslateRequest
+from transduce.service.schemas import MAX_TERM_CHARS, TranslateRequest
 
 
 class Item(Protocol):
@@ -110,8 +110,12 @@ def validate_request(
     )  # detection reads the text without markup, terms as sent
     detected = tuple(auto[0].detect(t, auto[1]) for t in plain) if auto else None
     sources = tuple(d.language for d in detected) if detected else (req.source,) * len(texts)
+    unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
     items: tuple[Item, ...] = tuple(
-        _masked(html[i] if html is not None else text, _terms(req, settings, source))
+        _masked(
+            html[i] if html is not None else text,
+            _terms(req, settings, source, unknown(plain[i]) if unknown is not None else ()),
+        )
         for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
     )
     tokens = tuple(
@@ -208,12 +212,16 @@ def _check_glossary(req: TranslateRequest, settings: Settings) -> None:
         raise ApiError(400, f"glossary has {twice_text(twice)}: keep one entry per source term")
 
 
-def _terms(req: TranslateRequest, settings: Settings, source: str) -> Terms:
-    """The terms for an item translated from ``source``: the server's for the pair, overridden by the request's;
-    none for a text already in the target language (passed through as it is)."""
+def _terms(req: TranslateRequest, settings: Settings, source: str, unknown: Sequence[str] = ()) -> Terms:
+    """The terms for an item translated from ``source``: the server's for the pair, overridden by the request's,
+    then the item's ``unknown`` runs (what the model cannot spell: emoji, other scripts) to keep as written; none for
+    a text already in the target language (passed through as it is)."""
     if source == req.target:
         return ()
-    return merged(settings.glossary.get((source, req.target), ()), req.glossary or ())
+    terms = merged(settings.glossary.get((source, req.target), ()), req.glossary or ())
+    given = {fold(term) for term, _ in terms}
+    keep = (run for run in unknown if len(run) <= MAX_TERM_CHARS and fold(run) not in given)  # as long as a term
+    return terms + tuple((run, None) for run in keep)
 
 
 def _masked(item: str | HtmlItem, terms: Terms) -> Item:

@@ -102,6 +102,9 @@ def _unit_pieces(unit: str, limit: int, fits: Callable[[str], bool], max_sentenc
     return [*pieces, (part, count)] if part else pieces
 
 
+PLACEHOLDER_PIECES = 4  # what a placeholder ("[12]", with its spaces) costs over the one unknown piece it replaces
+
+
 async def translate_units(
     units: list[str], source: str, target: str, state: AppState, started: float
 ) -> tuple[list[str], RequestTiming]:
@@ -110,7 +113,13 @@ async def translate_units(
     with the queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
     count, most = pipeline.translator.count_tokens, settings.max_queue_items
-    pieces = _pieces(units, settings.max_chars, lambda text: count(text) <= settings.max_sentence_tokens, most)
+    unknown: Callable[[str], list[str]] | None = getattr(pipeline.translator, "unknown_runs", None)
+
+    def fits(text: str) -> bool:  # as validation counts it: a run the model cannot spell goes as a placeholder
+        kept = sum(text.count(run) for run in unknown(text)) if unknown is not None else 0
+        return count(text) + PLACEHOLDER_PIECES * kept <= settings.max_sentence_tokens
+
+    pieces = _pieces(units, settings.max_chars, fits, most)
     out = [""] * len(units)
     queue_ms = inference_ms = 0.0
     start = 0
