@@ -457,3 +457,26 @@ CASES = {
     "C++x, C++": ["C++", "x, ", "C++"],  # the "+" side may touch a word, the "C" side may not ("AC++" is no term)
     "AC++ Node.jsx Node.js.": ["AC++ Node.jsx ", "Node.js", "."],
 }
+
+
+@pytest.mark.parametrize(
+    ("q", "answer", "expected"),
+    [
+        (  # the shipped model's answer, placeholders half turned into "=": the junk goes, every tag stays once
+            'Run <code>pip install</code> and see <a href="x">the docs</a>.',
+            "[1] und =1] sehen die =15].",
+            '<code>pip install</code> und sehen <a href="x">die</a>.',  # the space after the code kept
+        ),
+        ("A <b>b</b> c", "X [1] y [2] ] z", "X <b>y</b> z"),  # a bracket no placeholder holds
+        ("Set <b>x</b> = 1 [a]", "Setze [1] x [2] = 1 [a]", "Setze <b>x</b> = 1 [a]"),  # the sentence's own "=", "["
+    ],
+)
+async def test_placeholder_junk_is_dropped_unless_the_sentence_has_those_characters(
+    q: str, answer: str, expected: str
+) -> None:
+    sent = {"Run [1] and see [2] the docs [3] .": 0, "A [1] b [2] c": 0, "Set [1] x [2] = 1 [a]": 0}
+    fake = Answering(dict.fromkeys(sent, answer))
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "format": "html"})
+    assert fake.translated[1:] and fake.translated[1] in sent, fake.translated
+    assert r.json()["translatedText"] == expected

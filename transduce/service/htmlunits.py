@@ -24,9 +24,10 @@ placeholder comes back (or maps, when lost); a sentence of terms alone is not se
 
 from __future__ import annotations
 
+import itertools
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,6 +39,11 @@ _MARK = re.compile(r"\[\s*(\d{1,6})\s*\]")  # a placeholder as the model may giv
 # runs of "$1" it sometimes adds; read as placeholders only when the sentence sent has no "%" of its own
 _PRINTF_MARK = re.compile(r"[»«„“\"]?%(?:(\d{1,6})(?:\$\d*[sd]?)*|[sd](?![^\W\d_]))[«»“\"]?")
 _DOLLAR_RUN = re.compile(r"(?:\$\d*[sd]?)+")  # its "$1$1$s" runs: dropped when the sentence sent has no "$"
+# ... or with its "[" turned into "=" ("=1]", "=15"), or as a bracket left over: read as placeholders only when the
+# sentence sent has no "=" (no bracket) of its own outside its placeholders
+_EQUALS_MARK = re.compile(r"=\s?(\d{1,6})\]?")
+_BRACKET = re.compile(r"[\[\]]")
+_HUGGING = set(".,;:!?)]}…")  # punctuation that follows a word without a space
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not the no-break space)
 _SPACES = re.compile(r"[ \t\n\r\f]+")
 _NON_SPACE = re.compile(r"\S+")
@@ -80,12 +86,29 @@ def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int 
     if "%" in translation and "%" not in sent:
         found += [(m, int(m.group(1)) if m.group(1) else None) for m in _PRINTF_MARK.finditer(translation)]
         if "$" not in sent:
-            taken = [m.span() for m, _ in found]
-            found += [
-                (m, 0) for m in _DOLLAR_RUN.finditer(translation) if not any(a <= m.start() < b for a, b in taken)
-            ]
-        found.sort(key=lambda item: item[0].start())
+            found += _outside(found, ((m, 0) for m in _DOLLAR_RUN.finditer(translation)))
+    own = _MARK.sub("", sent)  # the sentence sent without its placeholders
+    if "=" in translation and "=" not in own:
+        found += _outside(found, ((m, int(m.group(1))) for m in _EQUALS_MARK.finditer(translation)))
+    if "[" not in own and "]" not in own:  # a bracket no placeholder holds: junk of one (dropped)
+        found += _outside(found, ((m, 0) for m in _BRACKET.finditer(translation)))
+    found.sort(key=lambda item: item[0].start())
     return found
+
+
+def _outside(
+    found: list[tuple[re.Match[str], int | None]], more: Iterable[tuple[re.Match[str], int | None]]
+) -> list[tuple[re.Match[str], int | None]]:
+    """Those of ``more`` that start outside every placeholder already ``found`` (linear: a file's unit may hold
+    thousands of them)."""
+    taken = sorted(m.span() for m, _ in found)
+    starts, reach = [a for a, _ in taken], list(itertools.accumulate((b for _, b in taken), max))
+    kept = []
+    for m, n in more:
+        k = bisect_right(starts, m.start()) - 1
+        if k < 0 or reach[k] <= m.start():
+            kept.append((m, n))
+    return kept
 
 
 def _flatten(nodes: Sequence[Node], text: list[str], marks: list[_Mark], size: int) -> int:
@@ -235,7 +258,10 @@ class Unit:
         positions: dict[int, int] = {}  # mark -> its offset in the text
         top = 0  # the last position given: never trimmed past
         for mark, tail in zip(kept, pieces[1:], strict=True):
-            if mark is None:  # repeated or invented: drop it, and one of the spaces around it
+            if mark is None:  # repeated or invented: drop it, and one of the spaces around it (the one before it when
+                if out and out[-1].isspace() and tail[:1] in _HUGGING:  # punctuation follows: "die =15]." is "die.")
+                    while len(out) > top and out[-1].isspace():
+                        out.pop()
                 out += tail.lstrip() if out and out[-1].isspace() else tail
                 continue
             m = self.marks[mark]
@@ -253,9 +279,18 @@ class Unit:
         text = "".join(out)
         stripped = text.lstrip()
         lead = len(text) - len(stripped)
+        spaced = [p for i, p in positions.items() if self._spaced_after(i)]  # an atom or term with a space after it
+        if spaced and min(spaced) < lead:  # at the start: the space after it stays ("<code>x</code> und")
+            lead = min(spaced)
+            stripped = text[lead:]
         stripped = stripped.rstrip()
         positions = {m: min(max(p - lead, 0), len(stripped)) for m, p in positions.items()}
         return self._reattach(sentence, stripped, positions), positions
+
+    def _spaced_after(self, i: int) -> bool:
+        """Whether mark ``i`` is an atom or a term that the source follows with whitespace."""
+        mark = self.marks[i]
+        return mark.kind in ("atom", "term") and mark.end < len(self.text) and self.text[mark.end].isspace()
 
     def _reattach(self, sentence: _Sentence, text: str, positions: dict[int, int]) -> str:
         """Place the sentence's marks the model lost (the text, with the lost terms put in, is returned), and swap
