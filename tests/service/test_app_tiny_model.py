@@ -228,3 +228,18 @@ async def test_a_file_sentence_is_cut_to_fit_with_the_placeholders_of_what_the_m
         assert r.status_code == 200, r.text
         got = await client.get(r.json()["translatedFileUrl"])
     assert got.status_code == 200 and got.text.count("👋") == 40
+
+
+async def test_the_sentence_limit_counts_a_kept_run_as_the_one_piece_it_was(default_translator: Translator) -> None:
+    """max_sentence_tokens is checked on the text as written: a run the model cannot spell counts as its one unknown
+    piece, not as the several pieces of the placeholder it travels as (an emoji-heavy sentence was refused)."""
+    emoji = "😀😃😄😁😆😅😂🤣😊😇🙂🙃😉😌😍🥰😘😗😙😚"
+    text = "I like " + " ".join(f"{e} cats" for e in emoji) + "."
+    written = default_translator.count_tokens(text)
+    async with serve(default_translator, max_sentence_tokens=written) as (client, _):
+        r = await client.post("/translate", json={"q": text, **EN_DE, "beam_size": 1})
+        assert r.status_code == 200, r.text
+        assert all(e in r.json()["translatedText"] for e in emoji)
+    async with serve(default_translator, max_sentence_tokens=written - 10) as (client, _):  # (spaces may differ)
+        r = await client.post("/translate", json={"q": text, **EN_DE, "beam_size": 1})
+        assert r.status_code == 400 and "(max_sentence_tokens)" in r.json()["error"], r.text

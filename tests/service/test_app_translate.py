@@ -47,6 +47,9 @@ async def test_fields_in_the_query_string_and_an_unset_format_as_libretranslate_
     async with serve() as (client, _):
         r = await client.post("/translate?q=a+b&q=c&source=en&target=de&alternatives=0")  # no body, no content type
         assert r.status_code == 200 and r.json() == {"translatedText": ["B A", "C"]}, r.text
+        form = {"content-type": "application/x-www-form-urlencoded"}
+        r = await client.post("/translate?q=a+b&source=en&target=fr", content=b"target=de", headers=form)
+        assert r.status_code == 200 and r.json() == {"translatedText": "B A"}, r.text  # the form's field wins
         r = await client.post("/translate?q=a&source=en&target=de", content=b"stray")  # a body needs its type
         assert r.status_code == 415 and "query string" in r.json()["error"]
         for unset in (None, ""):

@@ -442,20 +442,22 @@ async def test_a_lost_term_is_never_put_inside_another_terms_target(fmt: str) ->
     assert "C plus plus" in out and "Node dot js" in out, out
 
 
-def test_a_terms_word_characters_never_match_inside_a_longer_word_its_other_characters_may_touch_one() -> None:
+def test_a_term_is_a_whole_word_but_an_emoji_may_touch_one() -> None:
     from transduce.service.glossary import Matcher
     from transduce.service.htmlnodes import Term
 
-    m = Matcher((("cat", "Katze"), ("👋", None), ("C++", None), ("Node.js", None)), html=False)
+    terms = (("cat", "Katze"), ("👋", None), ("C++", None), ("Node.js", None), ("U.S.", "USA"), (".NET", None))
+    m = Matcher(terms, html=False)
     split = {text: [p.source if isinstance(p, Term) else p for p in m.split(text)] for text in CASES}
     assert split == CASES
 
 
 CASES = {
     "concat cat": ["concat ", "cat"],  # "cat" inside "concat" is not the term
-    "Hi👋 there": ["Hi", "👋", " there"],  # an emoji glued to a word is
-    "C++x, C++": ["C++", "x, ", "C++"],  # the "+" side may touch a word, the "C" side may not ("AC++" is no term)
+    "Hi👋 there👋": ["Hi", "👋", " there", "👋"],  # an emoji glued to a word is
+    "C++11, C++": ["C++11, ", "C++"],  # a term is a whole word, even where its edge is ASCII punctuation
     "AC++ Node.jsx Node.js.": ["AC++ Node.jsx ", "Node.js", "."],
+    "Made in the U.S.A. with ASP.NET": ["Made in the U.S.A. with ASP.NET"],
 }
 
 
@@ -467,14 +469,16 @@ CASES = {
             "[1] und =1] sehen die =15].",
             '<code>pip install</code> und sehen <a href="x">die</a>.',  # the space after the code kept
         ),
-        ("A <b>b</b> c", "X [1] y [2] ] z", "X <b>y</b> z"),  # a bracket no placeholder holds
+        ("A <b>b</b> c", "X [1] y [2]] z", "X <b>y</b> z"),  # a bracket touching a placeholder
+        ("A <b>b</b> c", "X [1] y [2] = 5 [c]", "X <b>y</b> = 5 [c]"),  # "=", brackets of the translation's own
+        ("A b c.", "X = 5 [c].", "X = 5 [c]."),  # no placeholders: nothing is read as one
         ("Set <b>x</b> = 1 [a]", "Setze [1] x [2] = 1 [a]", "Setze <b>x</b> = 1 [a]"),  # the sentence's own "=", "["
     ],
 )
 async def test_placeholder_junk_is_dropped_unless_the_sentence_has_those_characters(
     q: str, answer: str, expected: str
 ) -> None:
-    sent = {"Run [1] and see [2] the docs [3] .": 0, "A [1] b [2] c": 0, "Set [1] x [2] = 1 [a]": 0}
+    sent = {"Run [1] and see [2] the docs [3] .": 0, "A [1] b [2] c": 0, "Set [1] x [2] = 1 [a]": 0, "A b c.": 0}
     fake = Answering(dict.fromkeys(sent, answer))
     async with serve(fake) as (client, _):
         r = await client.post("/translate", json={"q": q, **EN_DE, "format": "html"})

@@ -83,9 +83,10 @@ class Matcher:
         # linear in the text times the longest term however many terms share it; greedy optional groups prefer
         # the longest term and back off to a shorter one that ends on a word boundary
         pattern = _trie_pattern([source for source, _ in longest], space)
-        # a term's word characters are not part of a longer word ("cat" is not in "concat"); a term that starts or
-        # ends with another character (an emoji, "C++") may touch a word on that side ("Hi👋")
-        start, end = r"(?:(?=\w)(?<!\w)|(?!\w))", r"(?:(?<=\w)(?!\w)|(?<!\w))"
+        # a term is a whole word ("cat" is not in "concat", "U.S." not in "U.S.A.", ".NET" not in "ASP.NET"); only an
+        # edge that is a symbol outside ASCII (an emoji) may touch a word ("Hi👋")
+        symbol = r"[^\w\x00-\x7f]"
+        start, end = rf"(?:(?={symbol})|(?<!\w))", rf"(?:(?<={symbol})|(?!\w))"
         self._pattern = re.compile(rf"{start}(?:{pattern}){end}", re.IGNORECASE)
         self._targets = {fold(source): target for source, target in longest}
         pairs = zip(alternatives, longest, strict=True)

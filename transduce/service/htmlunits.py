@@ -39,9 +39,9 @@ _MARK = re.compile(r"\[\s*(\d{1,6})\s*\]")  # a placeholder as the model may giv
 # runs of "$1" it sometimes adds; read as placeholders only when the sentence sent has no "%" of its own
 _PRINTF_MARK = re.compile(r"[»«„“\"]?%(?:(\d{1,6})(?:\$\d*[sd]?)*|[sd](?![^\W\d_]))[«»“\"]?")
 _DOLLAR_RUN = re.compile(r"(?:\$\d*[sd]?)+")  # its "$1$1$s" runs: dropped when the sentence sent has no "$"
-# ... or with its "[" turned into "=" ("=1]", "=15"), or as a bracket left over: read as placeholders only when the
-# sentence sent has no "=" (no bracket) of its own outside its placeholders
-_EQUALS_MARK = re.compile(r"=\s?(\d{1,6})\]?")
+# ... or with its "[" turned into "=" ("=1]", "=15]"), or with a bracket doubled ("[1]]"): read so only in a sentence
+# sent with placeholders and no "=" (no bracket) of its own outside them
+_EQUALS_MARK = re.compile(r"=(\d{1,6})\]")
 _BRACKET = re.compile(r"[\[\]]")
 _HUGGING = set(".,;:!?)]}…")  # punctuation that follows a word without a space
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not the no-break space)
@@ -88,10 +88,12 @@ def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int 
         if "$" not in sent:
             found += _outside(found, ((m, 0) for m in _DOLLAR_RUN.finditer(translation)))
     own = _MARK.sub("", sent)  # the sentence sent without its placeholders
-    if "=" in translation and "=" not in own:
+    if own != sent and "=" in translation and "=" not in own:
         found += _outside(found, ((m, int(m.group(1))) for m in _EQUALS_MARK.finditer(translation)))
-    if "[" not in own and "]" not in own:  # a bracket no placeholder holds: junk of one (dropped)
-        found += _outside(found, ((m, 0) for m in _BRACKET.finditer(translation)))
+    if own != sent and "[" not in own and "]" not in own:  # a bracket touching a placeholder: junk of one (dropped)
+        ends = {m.end() for m, _ in found} | {m.start() for m, _ in found}
+        touching = (m for m in _BRACKET.finditer(translation) if m.start() in ends or m.end() in ends)
+        found += _outside(found, ((m, 0) for m in touching))
     found.sort(key=lambda item: item[0].start())
     return found
 

@@ -166,13 +166,17 @@ async def read_body_as(request: Request, settings: Settings, model: type[M], fie
         raise unsupported
     _check_content_encoding(request)
     body = await _read_body(request, settings.max_body_bytes, settings.request_read_timeout_s)
+    pairs: list[tuple[str, str | UploadFile]] = [*parse_qsl(request.url.query, keep_blank_values=True)]
     if not ctype:  # no body type: the fields are in the query string, as LibreTranslate also reads them
         if body:
             raise unsupported
-        pairs: list[tuple[str, str | UploadFile]] = [*parse_qsl(request.url.query, keep_blank_values=True)]
         data: Any = _form_fields(FormData(pairs))
-    else:
-        data = parse_json(body) if json_body else await _parse_form(request, body)
+    elif json_body:
+        data = parse_json(body)
+    else:  # a form's fields over the query string's (LibreTranslate's request.values)
+        data = await _parse_form(request, body)
+        if pairs:
+            data = {**_form_fields(FormData(pairs)), **data}
     if not isinstance(data, dict):
         raise ApiError(422, f"body must be a JSON object with {fields}")
     try:

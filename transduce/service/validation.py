@@ -19,6 +19,7 @@ are cut and counted: a term is one placeholder, so it never splits a sentence an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -238,14 +239,32 @@ def _counter(translator: TranslatorLike, source: str, target: str) -> tuple[Call
     return translator.count_tokens, translator.max_source_tokens
 
 
+_PLACEHOLDER = re.compile(r"\[\d{1,6}\]")  # what stands for a term or markup in a sentence sent
+
+
+def written_tokens(sentence: str, count: Callable[[str], int]) -> int:
+    """The tokens of a sentence sent with placeholders as max_sentence_tokens counts them, as written: two for each
+    placeholder (a term or a run the model cannot spell, with its space) rather than its own pieces ("▁[", "1", "]");
+    markup is no text at all."""
+    held = len(_PLACEHOLDER.findall(sentence))
+    return count(_PLACEHOLDER.sub(" ", sentence)) + 2 * held if held else count(sentence)
+
+
+def kept_as_placeholders(text: str, runs: Sequence[str]) -> str:
+    """``text`` with ``runs`` (what the model cannot spell) as validation sends them: placeholders, where whole."""
+    pieces = matcher(tuple((run, None) for run in runs), False).split(text) if runs else [text]
+    return "".join(" [1] " if not isinstance(p, str) else p for p in pieces)
+
+
 def _count_tokens(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> int:
     """The sentence's source tokens, within max_sentence_tokens and the model's own limit (never truncated)."""
     count, limit = counter
     n = count(sentence)
-    if n > settings.max_sentence_tokens:
+    written = written_tokens(sentence, count) if "[" in sentence else n
+    if written > settings.max_sentence_tokens:
         raise InputTooLongError(
-            f"a sentence has {n} tokens, over the limit of {settings.max_sentence_tokens} (max_sentence_tokens); "
-            "split it"
+            f"a sentence has {written} tokens, over the limit of {settings.max_sentence_tokens} "
+            "(max_sentence_tokens); split it"
         )
     if n > limit:
         raise InputTooLongError(

@@ -36,7 +36,14 @@ from transduce.service.observability import RequestTiming
 from transduce.service.routers.translate import until_disconnect
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest
 from transduce.service.state import AppState
-from transduce.service.validation import AUTO, auto_candidates, model_languages, validate_request
+from transduce.service.validation import (
+    AUTO,
+    auto_candidates,
+    kept_as_placeholders,
+    model_languages,
+    validate_request,
+    written_tokens,
+)
 
 router = APIRouter(tags=["files"])
 FORM_ALLOWANCE = 16_384  # bytes of an upload beside the file: multipart boundaries, part headers, the other fields
@@ -102,9 +109,6 @@ def _unit_pieces(unit: str, limit: int, fits: Callable[[str], bool], max_sentenc
     return [*pieces, (part, count)] if part else pieces
 
 
-PLACEHOLDER_PIECES = 4  # what a placeholder ("[12]", with its spaces) costs over the one unknown piece it replaces
-
-
 async def translate_units(
     units: list[str], source: str, target: str, state: AppState, started: float
 ) -> tuple[list[str], RequestTiming]:
@@ -115,9 +119,10 @@ async def translate_units(
     count, most = pipeline.translator.count_tokens, settings.max_queue_items
     unknown: Callable[[str], list[str]] | None = getattr(pipeline.translator, "unknown_runs", None)
 
-    def fits(text: str) -> bool:  # as validation counts it: a run the model cannot spell goes as a placeholder
-        kept = sum(text.count(run) for run in unknown(text)) if unknown is not None else 0
-        return count(text) + PLACEHOLDER_PIECES * kept <= settings.max_sentence_tokens
+    def fits(text: str) -> bool:  # counted as validation will count it, what the model cannot spell as placeholders
+        runs = unknown(text) if unknown is not None else []
+        sent = kept_as_placeholders(text, runs) if runs else text
+        return written_tokens(sent, count) <= settings.max_sentence_tokens
 
     pieces = _pieces(units, settings.max_chars, fits, most)
     out = [""] * len(units)
