@@ -269,8 +269,6 @@ def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
 
 def _docx_problem(exc: Exception) -> str:
     """What is wrong with a file that does not open as a .docx, in words a user can act on."""
-    import zipfile
-
     if isinstance(exc, zipfile.BadZipFile):
         return "it is not a zip archive, which every .docx is"
     if isinstance(exc, KeyError):  # a part the package lists or python-docx needs is not in the archive

@@ -35,6 +35,7 @@ from transduce.engine.text import segment
 from transduce.service.htmlnodes import Atom, Inline, Node, Term, escape_text
 
 _MARK = re.compile(r"\[\s*(\d{1,6})\s*\]")  # a placeholder as the model may give it back: [3], [ 3 ]
+PLACEHOLDER = _MARK  # (public) what stands for markup or a term in a sentence sent: validation counts them
 # ... or, having learned placeholders from software messages, as a printf-style specifier: %3, %3$s, »%s«, with
 # runs of "$1" it sometimes adds; read as placeholders only when the sentence sent has no "%" of its own
 _PRINTF_MARK = re.compile(r"[»«„“\"]?%(?:(\d{1,6})(?:\$\d*[sd]?)*|[sd](?![^\W\d_]))[«»“\"]?")

@@ -110,17 +110,11 @@ class StaticBatching:
         done, not when the longest sentence of its batch is."""
         source, target, options = key
         started = time.monotonic()
-        texts = [t for t, _ in items]
+        early: dict[str, Any] = {}  # a translator without early results (the tests' fakes): all at the batch's end
         if isinstance(self.translator, Translator):
-            results = self.translator.translate(
-                texts,
-                source_lang=source,
-                target_lang=target,
-                options=options,
-                on_result=lambda i, r: deliver(i, Timed(r, started, time.monotonic())),
-            )
-        else:  # a translator without early results (the tests' fakes): the batch's results at its end
-            results = self.translator.translate(texts, source_lang=source, target_lang=target, options=options)
+            early["on_result"] = lambda i, r: deliver(i, Timed(r, started, time.monotonic()))
+        texts = [t for t, _ in items]
+        results = self.translator.translate(texts, source_lang=source, target_lang=target, options=options, **early)
         finished = time.monotonic()
         return [Timed(r, started, finished) for r in results]
 

@@ -93,6 +93,12 @@ async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
     return _form_fields(form)
 
 
+def _query_fields(request: Request) -> dict[str, Any]:
+    """The query string's fields, as a form's."""
+    pairs: list[tuple[str, str | UploadFile]] = [*parse_qsl(request.url.query, keep_blank_values=True)]
+    return _form_fields(FormData(pairs)) if pairs else {}
+
+
 def _form_fields(form: FormData) -> dict[str, Any]:
     """A form's (or a query string's) fields as the JSON body would hold them: q one text or a list, the glossary
     parsed from its JSON text, numbers from their digits."""
@@ -166,17 +172,14 @@ async def read_body_as(request: Request, settings: Settings, model: type[M], fie
         raise unsupported
     _check_content_encoding(request)
     body = await _read_body(request, settings.max_body_bytes, settings.request_read_timeout_s)
-    pairs: list[tuple[str, str | UploadFile]] = [*parse_qsl(request.url.query, keep_blank_values=True)]
-    if not ctype:  # no body type: the fields are in the query string, as LibreTranslate also reads them
-        if body:
-            raise unsupported
-        data: Any = _form_fields(FormData(pairs))
-    elif json_body:
-        data = parse_json(body)
-    else:  # a form's fields over the query string's (LibreTranslate's request.values)
-        data = await _parse_form(request, body)
-        if pairs:
-            data = {**_form_fields(FormData(pairs)), **data}
+    if json_body:
+        data: Any = parse_json(body)
+    elif ctype and body:  # a form's fields over the query string's (LibreTranslate's request.values)
+        data = {**_query_fields(request), **await _parse_form(request, body)}
+    elif not body:  # no body: the fields are in the query string, as LibreTranslate also reads them
+        data = _query_fields(request)
+    else:
+        raise unsupported
     if not isinstance(data, dict):
         raise ApiError(422, f"body must be a JSON object with {fields}")
     try:

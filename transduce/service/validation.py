@@ -19,7 +19,6 @@ are cut and counted: a term is one placeholder, so it never splits a sentence an
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -31,6 +30,7 @@ from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
 from transduce.service.glossary import Terms, duplicate, fold, mask_text, matcher, merged, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
+from transduce.service.htmlunits import PLACEHOLDER
 from transduce.service.schemas import MAX_TERM_CHARS, TranslateRequest
 
 
@@ -113,10 +113,7 @@ def validate_request(
     sources = tuple(d.language for d in detected) if detected else (req.source,) * len(texts)
     unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
     items: tuple[Item, ...] = tuple(
-        _masked(
-            html[i] if html is not None else text,
-            _terms(req, settings, source, unknown(plain[i]) if unknown is not None else ()),
-        )
+        _masked(html[i] if html is not None else text, _terms(req, settings, source, plain[i], unknown))
         for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
     )
     tokens = tuple(
@@ -213,16 +210,27 @@ def _check_glossary(req: TranslateRequest, settings: Settings) -> None:
         raise ApiError(400, f"glossary has {twice_text(twice)}: keep one entry per source term")
 
 
-def _terms(req: TranslateRequest, settings: Settings, source: str, unknown: Sequence[str] = ()) -> Terms:
-    """The terms for an item translated from ``source``: the server's for the pair, overridden by the request's,
-    then the item's ``unknown`` runs (what the model cannot spell: emoji, other scripts) to keep as written; none for
-    a text already in the target language (passed through as it is)."""
+def _terms(
+    req: TranslateRequest,
+    settings: Settings,
+    source: str,
+    text: str,
+    unknown: Callable[[str], Sequence[str]] | None,
+) -> Terms:
+    """The terms for ``text`` translated from ``source``: the server's for the pair, overridden by the request's,
+    then what the model cannot spell in it (``unknown``); none for a text already in the target language (passed
+    through as it is)."""
     if source == req.target:
         return ()
     terms = merged(settings.glossary.get((source, req.target), ()), req.glossary or ())
+    return kept_as_written(unknown(text), terms) if unknown is not None else terms
+
+
+def kept_as_written(runs: Sequence[str], terms: Terms = ()) -> Terms:
+    """``terms``, then each of ``runs`` (what the model cannot spell: emoji, other scripts; as long as a term may be)
+    that no term already covers, as a term to keep as written."""
     given = {fold(term) for term, _ in terms}
-    keep = (run for run in unknown if len(run) <= MAX_TERM_CHARS and fold(run) not in given)  # as long as a term
-    return terms + tuple((run, None) for run in keep)
+    return terms + tuple((run, None) for run in runs if len(run) <= MAX_TERM_CHARS and fold(run) not in given)
 
 
 def _masked(item: str | HtmlItem, terms: Terms) -> Item:
@@ -239,21 +247,12 @@ def _counter(translator: TranslatorLike, source: str, target: str) -> tuple[Call
     return translator.count_tokens, translator.max_source_tokens
 
 
-_PLACEHOLDER = re.compile(r"\[\d{1,6}\]")  # what stands for a term or markup in a sentence sent
-
-
 def written_tokens(sentence: str, count: Callable[[str], int]) -> int:
     """The tokens of a sentence sent with placeholders as max_sentence_tokens counts them, as written: two for each
     placeholder (a term or a run the model cannot spell, with its space) rather than its own pieces ("▁[", "1", "]");
     markup is no text at all."""
-    held = len(_PLACEHOLDER.findall(sentence))
-    return count(_PLACEHOLDER.sub(" ", sentence)) + 2 * held if held else count(sentence)
-
-
-def kept_as_placeholders(text: str, runs: Sequence[str]) -> str:
-    """``text`` with ``runs`` (what the model cannot spell) as validation sends them: placeholders, where whole."""
-    pieces = matcher(tuple((run, None) for run in runs), False).split(text) if runs else [text]
-    return "".join(" [1] " if not isinstance(p, str) else p for p in pieces)
+    held = len(PLACEHOLDER.findall(sentence))
+    return count(PLACEHOLDER.sub(" ", sentence)) + 2 * held if held else count(sentence)
 
 
 def _count_tokens(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> int:

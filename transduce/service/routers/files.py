@@ -32,6 +32,7 @@ from transduce.service.deps import StateDep, check_api_key, get_pipeline
 from transduce.service.detect import MAX_DETECT_CHARS, get_detector
 from transduce.service.documents import MEDIA_TYPES, Document, read_document, too_many_chars
 from transduce.service.errors import ApiError
+from transduce.service.glossary import mask_text
 from transduce.service.observability import RequestTiming
 from transduce.service.routers.translate import until_disconnect
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest
@@ -39,7 +40,7 @@ from transduce.service.state import AppState
 from transduce.service.validation import (
     AUTO,
     auto_candidates,
-    kept_as_placeholders,
+    kept_as_written,
     model_languages,
     validate_request,
     written_tokens,
@@ -119,10 +120,10 @@ async def translate_units(
     count, most = pipeline.translator.count_tokens, settings.max_queue_items
     unknown: Callable[[str], list[str]] | None = getattr(pipeline.translator, "unknown_runs", None)
 
-    def fits(text: str) -> bool:  # counted as validation will count it, what the model cannot spell as placeholders
+    def fits(text: str) -> bool:  # counted as validation will count it, what the model cannot spell masked as there
         runs = unknown(text) if unknown is not None else []
-        sent = kept_as_placeholders(text, runs) if runs else text
-        return written_tokens(sent, count) <= settings.max_sentence_tokens
+        sentences = mask_text(text, kept_as_written(runs)).sentences if runs else [text]
+        return all(written_tokens(s, count) <= settings.max_sentence_tokens for s in sentences)
 
     pieces = _pieces(units, settings.max_chars, fits, most)
     out = [""] * len(units)
