@@ -33,6 +33,7 @@ ENGINES = (
     "transduce-cpu-fp32",
     "transduce-cpu-fp32-full",
     "transduce-cpu-int8",
+    "transduce-cpu-int8-full",
     "transformers",
     "ctranslate2-fp32",
     "ctranslate2-int8",

@@ -215,16 +215,32 @@ def test_a_final_logits_bias_is_refused_with_what_to_do(tiny_checkpoint: Path, t
     assert not (tmp_path / "model").exists()  # nothing half-written
 
 
-def test_int8_quantisation_keeps_the_full_vocabulary(shortlist_model_dir: Path, tmp_path: Path) -> None:
+def test_int8_quantisation_keeps_the_shortlist_quantised(shortlist_model_dir: Path, tmp_path: Path) -> None:
+    import onnx
+
     from transduce.export.quantize import quantize_model_dir
 
     manifest = quantize_model_dir(shortlist_model_dir, tmp_path / "int8")
-    assert "shortlist" not in manifest and "shortlist_decoder" not in manifest
-    assert not (tmp_path / "int8" / "shortlist.npz").exists()
-    assert not (tmp_path / "int8" / "decoder_shortlist.onnx").exists()
+    assert manifest["shortlist_decoder"] == "decoder_shortlist.onnx" and "shortlist.npz" in manifest["checksums"]
+    graph = onnx.load(str(tmp_path / "int8" / "decoder_shortlist.onnx")).graph
+    ops = [n.op_type for n in graph.node]
+    L = manifest["dims"]["n_decoder_layers"]
+    # every weight matrix but the output projection, whose candidate rows are a float32 input
+    assert ops.count("MatMulInteger") == 6 * L and ops.count("MultiHeadAttention") == L
+    assert "vocab_projection" in {i.name for i in graph.input}
     translator = Translator(tmp_path / "int8", device="cpu", intra_threads=1)  # checksums of every listed file hold
-    assert translator.runner.sessions.shortlist is None
-    assert translator.translate(["the house"], source_lang="en", target_lang="de")[0].hypotheses[0]
+    shortlist = translator.runner.sessions.shortlist
+    assert shortlist is not None
+    for sentence in SENTENCES:
+        allowed = set(shortlist.sentence_candidates(translator.tokenizer.encode_source(sentence, "de")).tolist())
+        for beam in (1, 3):
+            got = translator.translate(
+                [sentence], source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam)
+            )
+            assert got[0].hypotheses[0] and set(got[0].tokens[0]) <= allowed
+    full = Translator(tmp_path / "int8", device="cpu", intra_threads=1, shortlist=False)
+    assert full.runner.sessions.shortlist is None
+    assert full.translate(["the house"], source_lang="en", target_lang="de")[0].hypotheses[0]
 
 
 def test_the_service_setting_turns_the_shortlist_off(shortlist_model_dir: Path) -> None:

@@ -182,8 +182,9 @@ def test_load_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
         Translator(tmp_path / "nope")
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
-    data = (broken / "decoder.onnx").read_bytes()
-    (broken / "decoder.onnx").write_bytes(data[: len(data) // 2])
+    for graph in ("decoder.onnx", "decoder_cpu.onnx"):  # the CPU loads the second
+        data = (broken / graph).read_bytes()
+        (broken / graph).write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelLoadError, match="checksum"):
         Translator(broken)
     manifest = json.loads((broken / "manifest.json").read_text())
@@ -204,7 +205,7 @@ def test_load_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
         Translator(mismatch)
 
 
-@pytest.mark.parametrize("damaged", ["gather.onnx", "tokenizer.model"])
+@pytest.mark.parametrize("damaged", ["gather.onnx", "tokenizer.model", "decoder_cpu.onnx"])
 def test_every_file_the_manifest_lists_is_checked(tiny_model_dir: Path, tmp_path: Path, damaged: str) -> None:
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)

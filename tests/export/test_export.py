@@ -45,11 +45,17 @@ def test_graph_io_names_and_dynamic_axes(tiny_model_dir: Path) -> None:
     assert [o.name for o in enc.graph.output] == [names.ENC_HIDDEN, *names.cross_names(2)]
 
 
+DECODERS = [names.DECODER_FILE, names.CPU_DECODER_FILE]  # traced (CUDA, reference); fused self-attention (CPU)
+
+
+@pytest.mark.parametrize("graph", DECODERS)
 @pytest.mark.parametrize("lengths", [[7], [3, 11, 5], [1, 2, 9, 4, 6, 8]])
-def test_parity_across_batch_sizes_and_padding(tiny_checkpoint: Path, tiny_model_dir: Path, lengths: list[int]) -> None:
+def test_parity_across_batch_sizes_and_padding(
+    tiny_checkpoint: Path, tiny_model_dir: Path, lengths: list[int], graph: str
+) -> None:
     model = load_checkpoint(tiny_checkpoint).model
     enc = ort.InferenceSession(str(tiny_model_dir / "encoder.onnx"), providers=["CPUExecutionProvider"])
-    dec = ort.InferenceSession(str(tiny_model_dir / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(tiny_model_dir / graph), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(len(lengths))
     seqs = [rng.integers(5, model.config.src_vocab_size, n).tolist() + [model.config.eos_id] for n in lengths]
     diff, same = _compare(model, enc, dec, seqs, steps=10)
@@ -84,12 +90,13 @@ def test_bad_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_decoder_graph_shares_cross_kv_between_beams(tiny_checkpoint: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize("graph", DECODERS)
+def test_decoder_graph_shares_cross_kv_between_beams(tiny_checkpoint: Path, tiny_model_dir: Path, graph: str) -> None:
     """The ONNX decoder over 3 rows per sentence (per-sentence cross K/V) matches PyTorch with them repeated."""
     model = load_checkpoint(tiny_checkpoint).model.float().eval()
     cfg, L, k = model.config, model.config.n_decoder_layers, 3
     enc = ort.InferenceSession(str(tiny_model_dir / "encoder.onnx"), providers=["CPUExecutionProvider"])
-    dec = ort.InferenceSession(str(tiny_model_dir / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(tiny_model_dir / graph), providers=["CPUExecutionProvider"])
     ids = np.array([[9, 12, 7, cfg.eos_id], [15, cfg.eos_id, cfg.pad_id, cfg.pad_id]], dtype=np.int64)
     mask = (ids != cfg.pad_id).astype(np.int64)
     cross = enc.run(names.cross_names(L), {names.ENC_INPUT_IDS: ids, names.ENC_ATTENTION_MASK: mask})

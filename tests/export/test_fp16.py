@@ -103,7 +103,7 @@ def test_failed_quantisation_leaves_the_old_directory(tiny_model_dir: Path, tmp_
     broken.mkdir()
     for f in tiny_model_dir.iterdir():
         (broken / f.name).write_bytes(f.read_bytes())
-    (broken / "decoder.onnx").write_bytes(b"not onnx")
+    (broken / "decoder_cpu.onnx").write_bytes(b"not onnx")  # the decoder int8 quantises
     with pytest.raises(Exception):  # noqa: B017 - whatever onnx raises for a corrupt graph
         quantize_model_dir(broken, dst)
     assert {f.name: f.read_bytes() for f in dst.iterdir()} == before
@@ -119,6 +119,9 @@ def test_int8_quantises_every_weight_matrix_of_the_decoder(tiny_model_dir: Path,
     quantize_model_dir(tiny_model_dir, tmp_path / "int8")
     L = load_manifest(tiny_model_dir).n_layers
     ops = [n.op_type for n in onnx.load(str(tmp_path / "int8" / "decoder.onnx")).graph.node]
-    # per layer q, k, v, out of self-attention, q and out of cross-attention, two feed-forward matrices; the output
-    # projection (a projection exported as Gemm would be left in float32 by dynamic quantisation)
-    assert ops.count("MatMulInteger") == 8 * L + 1 and "Gemm" not in ops
+    # the CPU decoder's: per layer the joint q/k/v and the out projection of self-attention, q and out of
+    # cross-attention, two feed-forward matrices; the output projection (a projection exported as Gemm would be left
+    # in float32 by dynamic quantisation)
+    assert ops.count("MatMulInteger") == 6 * L + 1 and "Gemm" not in ops
+    assert ops.count("MultiHeadAttention") == L  # fused self-attention, left in float32
+    assert not (tmp_path / "int8" / "decoder_cpu.onnx").exists()

@@ -186,6 +186,7 @@ def run_ctranslate2(job: Job) -> Outcome:
 RUNNERS = {
     "transduce-cpu-fp32": run_transduce,
     "transduce-cpu-int8": run_transduce,
+    "transduce-cpu-int8-full": run_transduce,
     "transduce-cuda-fp16": run_transduce,
     "transduce-cpu-fp32-full": run_transduce,
     "transformers": run_transformers,

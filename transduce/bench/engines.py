@@ -22,6 +22,7 @@ ENGINES = (
     "transduce-cpu-fp32",
     "transduce-cpu-fp32-full",
     "transduce-cpu-int8",
+    "transduce-cpu-int8-full",
     "transduce-cuda-fp16",
     "transformers",
     "ctranslate2-fp32",
@@ -97,6 +98,7 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
     return {
         "transduce-cpu-fp32": str(paths["onnx"]),
         "transduce-cpu-int8": str(paths["int8"]),
+        "transduce-cpu-int8-full": str(paths["int8"]),
         "transduce-cpu-fp32-full": str(paths["onnx"]),
         "transduce-cuda-fp16": str(paths["fp16"]),
         "transformers": str(paths["hf"]),

@@ -7,6 +7,9 @@ from __future__ import annotations
 MANIFEST_FILE = "manifest.json"
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
+# the same step written for onnxruntime's CPU provider with its fused self-attention (float32 exports; the CPU's
+# full-vocabulary decoder, the base of the shortlist decoder and of int8 quantisation)
+CPU_DECODER_FILE = "decoder_cpu.onnx"
 GATHER_FILE = "gather.onnx"  # device-side cache reorder, used by the IO-binding (CUDA) runner
 TOKENIZER_FILE = "tokenizer.model"
 

@@ -15,12 +15,14 @@ FORMAT = "transduce-onnx"
 FORMAT_VERSION = 3  # 2: cross K/V and encoder mask per sentence; 3: per-row positions and self-attention mask
 # Bumped when the exporter writes faster or better graphs with the same interface: a cached export of the shipped
 # model made by an older exporter still loads, but is made again (2: the decoder step written for one new token;
-# 3: the shortlist decoder takes a per-row candidate mask; 4: masked candidates get -inf, not -1e9).
-EXPORT_REVISION = 4
+# 3: the shortlist decoder takes a per-row candidate mask; 4: masked candidates get -inf, not -1e9; 5: a CPU decoder
+# with onnxruntime's fused self-attention, the base of the shortlist decoder).
+EXPORT_REVISION = 5
 # the files a model directory holds, by manifest key (an export before "gather" was listed wrote gather.onnx anyway)
 FILE_KEYS = {
     "encoder": names.ENCODER_FILE,
     "decoder": names.DECODER_FILE,
+    "cpu_decoder": names.CPU_DECODER_FILE,  # optional: the decoder step with fused self-attention, for the CPU
     "tokenizer": names.TOKENIZER_FILE,
     "gather": names.GATHER_FILE,
     "shortlist": names.SHORTLIST_FILE,  # optional: the candidate table and projection rows

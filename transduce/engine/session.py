@@ -98,6 +98,8 @@ def open_runner(
 ) -> DecoderRunner:
     """Open the encoder and decoder sessions on ``device``; an IO-binding runner on CUDA, a numpy runner on CPU.
 
+    On the CPU the decoder is the export's CPU decoder (fused self-attention) when it has one.
+
     ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
     (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
     model's shortlist, already loaded by another runner (replicas share one instead of a copy each)."""
@@ -107,7 +109,8 @@ def open_runner(
     try:
         encoder_options = session_options(intra_threads, inter_threads, spin=False)
         encoder = ort.InferenceSession(str(manifest.path("encoder")), encoder_options, providers=providers)
-        graph = manifest.path("shortlist_decoder" if use_shortlist else "decoder")
+        cpu_decoder = "cpu_decoder" if "cpu_decoder" in manifest.raw and CUDA not in providers else "decoder"
+        graph = manifest.path("shortlist_decoder" if use_shortlist else cpu_decoder)
         decoder = ort.InferenceSession(str(graph), options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc

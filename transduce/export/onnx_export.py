@@ -15,6 +15,7 @@ import torch
 from transduce.engine import io_names as names
 from transduce.engine.manifest import EXPORT_REVISION, FORMAT, FORMAT_VERSION, sha256_file
 from transduce.export.files import replacing_dir
+from transduce.export.fused_decoder import fused_decoder_step
 from transduce.export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
 from transduce.model.checkpoint import Checkpoint, load_checkpoint
 from transduce.model.transformer import Transformer
@@ -130,6 +131,8 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "f
         opset,
     )
     (out_dir / names.GATHER_FILE).write_bytes(gather_graph(2 * L, opset, dtype))
+    if dtype == "float32":  # onnxruntime's CPU kernels are float32: a float16 export is for GPUs
+        (out_dir / names.CPU_DECODER_FILE).write_bytes(fused_decoder_step(model, opset))
     return {"encoder_inputs": enc_in, "encoder_outputs": enc_out, "decoder_inputs": dec_in, "decoder_outputs": dec_out}
 
 
@@ -174,6 +177,7 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
             "tokenizer": names.TOKENIZER_FILE,
             "encoder": names.ENCODER_FILE,
             "decoder": names.DECODER_FILE,
+            **({"cpu_decoder": names.CPU_DECODER_FILE} if config.dtype == "float32" else {}),
             "gather": names.GATHER_FILE,
             "io": io,
             "opset": config.opset,
@@ -189,6 +193,7 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
                 model, tokenizer, tmp, tolerance=config.max_diff, require_identical=config.dtype == "float32"
             )
         files = [names.ENCODER_FILE, names.DECODER_FILE, names.GATHER_FILE, names.TOKENIZER_FILE]
+        files += [names.CPU_DECODER_FILE] if "cpu_decoder" in manifest else []
         if config.shortlist is not None:
             manifest.update(add_shortlist(tmp, config.shortlist, cfg.tgt_vocab_size))
             files += [names.SHORTLIST_FILE, names.SHORTLIST_DECODER_FILE]
@@ -198,7 +203,9 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
 
 
 def add_shortlist(model_dir: Path, table_path: Path, vocab_size: int) -> dict[str, Any]:
-    """Write the shortlist decoder graph and the table with the projection rows into an export; its manifest keys."""
+    """Write the shortlist decoder graph and the table with the projection rows into an export; its manifest keys.
+
+    The shortlist decoder runs on the CPU only: it is made from the CPU decoder when the export has one."""
     from transduce.engine.shortlist import load_table
     from transduce.export.shortlist_graph import shortlist_decoder
 
@@ -208,7 +215,9 @@ def add_shortlist(model_dir: Path, table_path: Path, vocab_size: int) -> dict[st
             f"the shortlist {table_path} is for {table.vocab_size} pieces, the model has {vocab_size}: "
             "build it with `transduce shortlist` for this checkpoint"
         )
-    projection = shortlist_decoder(model_dir / names.DECODER_FILE, model_dir / names.SHORTLIST_DECODER_FILE, vocab_size)
+    base = model_dir / names.CPU_DECODER_FILE
+    base = base if base.is_file() else model_dir / names.DECODER_FILE
+    projection = shortlist_decoder(base, model_dir / names.SHORTLIST_DECODER_FILE, vocab_size)
     table.save(model_dir / names.SHORTLIST_FILE, projection)
     return {
         "shortlist": names.SHORTLIST_FILE,

@@ -82,28 +82,32 @@ def verify_export(
     seed: int = 0,
     require_identical: bool = True,
 ) -> dict[str, Any]:
-    """Check the graphs, then parity on random and real sentences at batch 1 and with padding; raises on failure
+    """Check the graphs, then parity of each decoder graph (the traced one and the CPU one) on random and real
+    sentences at batch 1 and with padding; raises on failure
     (log-probs further apart than ``tolerance``, or greedy tokens that differ unless ``require_identical`` is off)."""
-    for graph in (names.ENCODER_FILE, names.DECODER_FILE):
+    decoders = [f for f in (names.DECODER_FILE, names.CPU_DECODER_FILE) if (model_dir / f).is_file()]
+    for graph in (names.ENCODER_FILE, *decoders):
         onnx.checker.check_model(str(model_dir / graph))
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     enc = ort.InferenceSession(str(model_dir / names.ENCODER_FILE), opts, providers=["CPUExecutionProvider"])
-    dec = ort.InferenceSession(str(model_dir / names.DECODER_FILE), opts, providers=["CPUExecutionProvider"])
     cfg = model.config
     rng = np.random.default_rng(seed)
     random_seqs = [rng.integers(4, cfg.src_vocab_size, size=n).tolist() + [cfg.eos_id] for n in (9, 3, 14, 1)]
     langs: list[str | None] = list(cfg.languages) or [None]
     real_seqs = [tokenizer.encode_source(s, langs[i % len(langs)]) for i, s in enumerate(SAMPLE_SENTENCES)]
     report: dict[str, Any] = {"tolerance": tolerance, "steps": steps, "cases": []}
-    for label, seqs in (
-        ("random batch 1", random_seqs[:1]),
-        ("random batch 4 (padded)", random_seqs),
-        ("real batch 1", real_seqs[:1]),
-        ("real batch 5 (padded)", real_seqs),
-    ):
-        diff, same = _compare(model, enc, dec, seqs, steps)
-        report["cases"].append({"case": label, "max_abs_diff_log_probs": diff, "greedy_identical": same})
+    for graph in decoders:
+        dec = ort.InferenceSession(str(model_dir / graph), opts, providers=["CPUExecutionProvider"])
+        for label, seqs in (
+            ("random batch 1", random_seqs[:1]),
+            ("random batch 4 (padded)", random_seqs),
+            ("real batch 1", real_seqs[:1]),
+            ("real batch 5 (padded)", real_seqs),
+        ):
+            diff, same = _compare(model, enc, dec, seqs, steps)
+            case = label if graph == names.DECODER_FILE else f"{label}, {graph}"
+            report["cases"].append({"case": case, "max_abs_diff_log_probs": diff, "greedy_identical": same})
     report["max_abs_diff"] = max(c["max_abs_diff_log_probs"] for c in report["cases"])
     report["greedy_identical"] = all(c["greedy_identical"] for c in report["cases"])
     if report["max_abs_diff"] > tolerance or (require_identical and not report["greedy_identical"]):
