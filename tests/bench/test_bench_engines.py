@@ -88,3 +88,35 @@ def test_best_of_thread_counts_keeps_the_fastest_run() -> None:
     assert best_of({1: fast, 2: slow}) == (1, fast)
     assert best_of({1: failed, 2: slow}) == (2, slow)
     assert best_of({1: failed}) == (1, failed)
+
+
+def test_rounds_run_every_engine_in_turn_and_keep_each_ones_best(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engines = ("transduce-cpu-fp32-full", "ctranslate2-fp32")
+    result = run(
+        tiny_checkpoint,
+        n=4,
+        n_batch1=1,
+        threads=(1,),
+        work=tmp_path / "work",
+        out_dir=tmp_path / "out",
+        engines=engines,
+        fixed_length=5,
+        sentences=SENTENCES,
+        rounds=2,
+    )
+    progress = [line for line in capsys.readouterr().err.splitlines() if "round" in line]
+    # per config: round 1 of every engine, then round 2 of every engine
+    assert len(progress) == 2 * len(engines) * len(CONFIGS)
+    first = progress[: 2 * len(engines)]
+    assert [("round 1 of 2" in line, engines[0] in line) for line in first] == [
+        (True, True),
+        (True, False),
+        (False, True),
+        (False, False),
+    ]
+    assert result["rounds"] == 2 and "best of 2 rounds" in (tmp_path / "out" / "engines.md").read_text()
+    assert all("error" not in r and r["target_tokens_per_s"] > 0 for r in result["rows"])
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        run(tiny_checkpoint, threads=(1,), work=tmp_path / "work", out_dir=tmp_path / "o2", engines=engines, rounds=0)

@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="service modes to compare (load); replicas: static batching with one engine replica per thread",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="`engines`: run every config this many times, all engines in turn each round, and keep each engine's "
+        "best (a shared machine's speed drifts between runs)",
+    )
+    parser.add_argument(
         "--threads",
         default="1,2",
         help="thread counts, comma-separated: `engines` runs each engine with each, keeps the best; `load` the largest",
@@ -75,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 work=work,
                 out_dir=out,
                 fixed_length=args.fixed_length,
+                rounds=args.rounds,
             )
             print((out / "engines.md").read_text())
         else:
