@@ -17,7 +17,7 @@ pytestmark = [
 
 from tests.engine.test_shortlist import table_of  # noqa: E402
 from transduce.bench.contenders import RUNNERS, Outcome, device_of  # noqa: E402
-from transduce.bench.engines import CONFIGS, best_of, run  # noqa: E402
+from transduce.bench.engines import CONFIGS, best_of, faster, run  # noqa: E402
 from transduce.bench.engines import ENGINES as ALL_ENGINES  # noqa: E402
 from transduce.model.checkpoint import load_checkpoint  # noqa: E402
 
@@ -120,3 +120,12 @@ def test_rounds_run_every_engine_in_turn_and_keep_each_ones_best(
     assert all("error" not in r and r["target_tokens_per_s"] > 0 for r in result["rows"])
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         run(tiny_checkpoint, threads=(1,), work=tmp_path / "work", out_dir=tmp_path / "o2", engines=engines, rounds=0)
+
+
+def test_rounds_keep_each_runs_best_and_a_finished_run_over_a_failed_one() -> None:
+    slow = Outcome([[1, 2, 3]], [2.0], 10.0)
+    fast = Outcome([[1, 2, 3]], [0.5], 12.0)
+    failed = Outcome([], [], 5.0, error="RuntimeError: boom")
+    assert faster(None, slow) is slow and faster(None, failed) is failed
+    assert faster(slow, fast) is fast and faster(fast, slow) is fast  # the best, not the last
+    assert faster(failed, slow) is slow and faster(slow, failed) is slow

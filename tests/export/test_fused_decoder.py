@@ -20,6 +20,7 @@ from transduce.engine.options import DecodeOptions
 from transduce.engine.translator import Translator
 from transduce.export.fused_decoder import fused_decoder_step
 from transduce.export.graphs import DecoderStepGraph, dummy_inputs
+from transduce.export.onnx_export import ExportConfig, export_model
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 
@@ -105,6 +106,17 @@ def test_the_cpu_decoder_translates_as_the_traced_one(tiny_model_dir: Path, tmp_
         translator = Translator(model_dir, device="cpu", intra_threads=1)
         results.append(translator.translate(sentences, source_lang="en", target_lang="de", options=options))
     fused, plain = results
+    graphs = [Translator(d, device="cpu", intra_threads=1).runner.sessions.decoder for d in (tiny_model_dir, traced)]
+    assert [s.get_modelmeta().graph_name for s in graphs] == ["decoder_step_fused", "main_graph"]  # what the CPU loads
     assert [r.hypotheses for r in fused] == [r.hypotheses for r in plain]
     for a, b in zip(fused, plain, strict=True):
         np.testing.assert_allclose(a.scores, b.scores, atol=1e-4)
+
+
+def test_an_older_opset_still_exports_a_verified_cpu_decoder(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """The traced graphs follow the opset asked for; the CPU decoder needs LayerNormalization (opset 17)."""
+    manifest = export_model(tiny_checkpoint, tmp_path / "m", ExportConfig(opset=14))
+    assert manifest["opset"] == 14 and manifest["cpu_decoder"] == names.CPU_DECODER_FILE
+    cpu = onnx.load(str(tmp_path / "m" / names.CPU_DECODER_FILE))
+    assert {o.domain: o.version for o in cpu.opset_import}[""] == 17
+    assert manifest["verification"]["greedy_identical"]  # both decoders checked against PyTorch

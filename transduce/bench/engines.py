@@ -201,6 +201,7 @@ def run(
         subset = sources if batch > 1 else sources[:n_batch1]
         runnable = sorted(engines, key=lambda e: e != "transformers")  # the reference first
         tries: dict[str, dict[int, Outcome]] = {e: {} for e in runnable}
+        failed: dict[str, int] = dict.fromkeys(runnable, 0)
         for round_ in range(rounds):
             for engine in runnable:
                 if engine in skipped or (engine == "optimum-ort" and not Path(paths[engine]).exists()):
@@ -215,8 +216,8 @@ def run(
                     pool = site_pool(work / OPTIMUM_SITE) if engine == "optimum-ort" else ctx.Pool(1)
                     with pool:
                         outcome = pool.apply(run_job, (job,))
-                    earlier = tries[engine].get(n_threads)
-                    tries[engine][n_threads] = best_of({0: earlier, 1: outcome})[1] if earlier else outcome
+                    failed[engine] += bool(outcome.error)
+                    tries[engine][n_threads] = faster(tries[engine].get(n_threads), outcome)
         ref: list[list[int]] | None = None
         for engine in runnable:
             if engine in skipped:
@@ -229,6 +230,8 @@ def run(
             if engine == "transformers" and not outcome.error:
                 ref = outcome.hyps
             row = summarize(engine, beam, batch, outcome, ref, tokenizer.decode)
+            if failed[engine] and not outcome.error:  # a run that failed is said, though another one counts
+                row["failed_runs"] = failed[engine]
             if not outcome.error:
                 row["threads"] = best_threads
                 row["tokens_per_s_by_threads"] = {
@@ -262,6 +265,11 @@ def run(
     (out_dir / "engines.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (out_dir / "engines.md").write_text(markdown(result))
     return result
+
+
+def faster(earlier: Outcome | None, new: Outcome) -> Outcome:
+    """The faster of two runs of one engine, config and thread count (a finished run over a failed one)."""
+    return new if earlier is None else best_of({0: earlier, 1: new})[1]
 
 
 def best_of(tries: dict[int, Outcome]) -> tuple[int, Outcome]:

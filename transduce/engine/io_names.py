@@ -80,7 +80,8 @@ def gather_output(i: int) -> str:
     return f"g.{i}"
 
 
-# decoder_shortlist.onnx: decoder.onnx with the output projection as an input (see transduce.engine.shortlist)
+# decoder_shortlist.onnx: the CPU decoder (decoder.onnx in float16 exports) with the output projection as an input
+# (see transduce.engine.shortlist)
 SHORTLIST_DECODER_FILE = "decoder_shortlist.onnx"
 SHORTLIST_FILE = "shortlist.npz"  # the candidate table and the projection rows (V, d_model)
 DEC_VOCAB_PROJECTION = "vocab_projection"  # (candidates, d_model) float: projection rows of the batch's candidates

@@ -7,11 +7,11 @@ as the traced ``DecoderStepGraph`` (``transduce.engine.io_names``): the engine, 
 quantisation use it unchanged, and export verification compares it with ``Transformer.decode_step``.
 
 Per layer: one MatMul for the query, key and value projections of self-attention and one MultiHeadAttention node;
-cross-attention with plain operators over the sentence's cached (N, h, S, d_k) keys/values, a sentence's k hypotheses
-being one query sequence (beams share the sentence's keys/values), the 1/sqrt(d_k) scale folded into the query
-projection; the feed-forward network. 88 nodes for the shipped 3-layer decoder instead of 147 after onnxruntime's own
-optimisations. onnxruntime's fused attention for cross-attention was slower than plain operators with beams as the
-query sequence (README, lever table), so cross-attention keeps them.
+cross-attention with plain operators over the sentence's cached (N, h, S, d_k) keys/values, a sentence's k
+hypotheses being one query sequence (beams share the sentence's keys/values), the 1/sqrt(d_k) scale folded into the
+query projection; the feed-forward network. About 90 nodes run per step of the shipped 3-layer decoder instead of
+147 in the traced graph after onnxruntime's own optimisations. onnxruntime's fused attention for cross-attention was
+slower than plain operators with beams as the query sequence (README, lever table), so cross-attention keeps them.
 """
 
 from __future__ import annotations
@@ -85,8 +85,12 @@ class _Graph:
 def fused_decoder_step(model: Transformer, opset: int = 17) -> bytes:
     """The float32 decoder step graph of ``model`` (the traced graph's inputs and outputs) with fused self-attention.
 
-    Made for onnxruntime's CPU provider (its MultiHeadAttention kernel takes a cache and an additive mask there)."""
+    Made for onnxruntime's CPU provider (its MultiHeadAttention kernel takes a cache and an additive mask there).
+    ``opset`` below 17 is raised to 17, the first with LayerNormalization: the graph is for this project's onnxruntime,
+    while an older opset asked for the traced graphs still serves older runtimes."""
     from onnx import TensorProto, helper
+
+    opset = max(opset, 17)
 
     m, cfg = model, model.config
     L, h, d, d_k = cfg.n_decoder_layers, cfg.n_heads, cfg.d_model, cfg.d_k
@@ -95,9 +99,7 @@ def fused_decoder_step(model: Transformer, opset: int = 17) -> bytes:
     g = _Graph()
 
     # target embeddings and each row's position: (R, 1) ids, (R,) positions -> (R, 1, d_model)
-    x = g.op("Gather", g.const("tgt_embed", m.tgt_embed.weight), names.DEC_INPUT_IDS)
-    if m.embed_scale != 1.0:
-        x = g.op("Mul", x, g.const("embed_scale", np.array(m.embed_scale, np.float32)))
+    x = g.op("Gather", g.const("tgt_embed", m.tgt_embed.weight * m.embed_scale), names.DEC_INPUT_IDS)  # scaled once
     axis1 = g.ints("axis1", 1)
     positions = g.op("Gather", g.const("positions", cast(torch.Tensor, m.pe)), names.DEC_POSITIONS)  # (R, d_model)
     x = g.op("Add", x, g.op("Unsqueeze", positions, axis1))

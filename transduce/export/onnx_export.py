@@ -1,4 +1,5 @@
-"""Checkpoint -> ONNX model directory: encoder.onnx, decoder.onnx, tokenizer.model, manifest.json."""
+"""Checkpoint -> ONNX model directory: encoder.onnx, decoder.onnx (traced; CUDA), decoder_cpu.onnx (float32: fused
+self-attention, for the CPU), gather.onnx, tokenizer.model, manifest.json, and with a shortlist its table and graph."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def _export_graph(
 
 
 def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "float32") -> dict[str, Any]:
-    """Write encoder.onnx and decoder.onnx (weights and caches in ``dtype``); returns their I/O names."""
+    """Write encoder.onnx, decoder.onnx and gather.onnx (weights and caches in ``dtype``), and for float32 the CPU
+    decoder (``transduce.export.fused_decoder``); returns the graphs' I/O names (the CPU decoder has the decoder's)."""
     if dtype == "float16":
         model = copy.deepcopy(model).half()
     L = model.config.n_decoder_layers

@@ -1,6 +1,7 @@
-"""The shortlist decoder graph: decoder.onnx with its output projection taken as an input, (C, d_model) rows of the
-candidates a batch may produce, instead of the (d_model, V) weight, and a (R, C) mask of each row's own candidates
-applied before the log-softmax; see ``transduce.engine.shortlist``."""
+"""The shortlist decoder graph: a decoder graph (the CPU decoder, decoder_cpu.onnx, when the export has one) with its
+output projection taken as an input, (C, d_model) rows of the candidates a batch may produce, instead of the
+(d_model, V) weight, and a (R, C) mask of each row's own candidates applied before the log-softmax; see
+``transduce.engine.shortlist``."""
 
 from __future__ import annotations
 
