@@ -21,6 +21,7 @@ from transduce.engine.translator import Translator
 from transduce.export.fused_decoder import fused_decoder_step
 from transduce.export.graphs import DecoderStepGraph, dummy_inputs
 from transduce.export.onnx_export import ExportConfig, export_model
+from transduce.export.verify import _compare_beams
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 
@@ -88,6 +89,10 @@ def test_export_writes_and_verifies_the_cpu_decoder(tiny_model_dir: Path) -> Non
     assert manifest["cpu_decoder"] == names.CPU_DECODER_FILE and names.CPU_DECODER_FILE in manifest["checksums"]
     cases = [c["case"] for c in manifest["verification"]["cases"]]
     assert f"real batch 5 (padded), {names.CPU_DECODER_FILE}" in cases and "real batch 5 (padded)" in cases
+    assert {
+        "beams sharing cross K/V, padded caches",
+        f"beams sharing cross K/V, padded caches, {names.CPU_DECODER_FILE}",
+    } <= set(cases)
     assert manifest["verification"]["greedy_identical"]
 
 
@@ -120,3 +125,14 @@ def test_an_older_opset_still_exports_a_verified_cpu_decoder(tiny_checkpoint: Pa
     cpu = onnx.load(str(tmp_path / "m" / names.CPU_DECODER_FILE))
     assert {o.domain: o.version for o in cpu.opset_import}[""] == 17
     assert manifest["verification"]["greedy_identical"]  # both decoders checked against PyTorch
+
+
+def test_export_verification_checks_a_step_with_beams_and_padded_caches() -> None:
+    model = _model(norm_position="pre")
+    other = _model(norm_position="pre", activation="gelu")  # a graph that does not compute the model's step
+    good = ort.InferenceSession(fused_decoder_step(model), providers=["CPUExecutionProvider"])
+    bad = ort.InferenceSession(fused_decoder_step(other), providers=["CPUExecutionProvider"])
+    diff, same = _compare_beams(model, good, seed=0)
+    assert diff < 1e-4 and same
+    diff, _ = _compare_beams(model, bad, seed=0)
+    assert diff > 1e-2
