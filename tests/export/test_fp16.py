@@ -125,3 +125,30 @@ def test_int8_quantises_every_weight_matrix_of_the_decoder(tiny_model_dir: Path,
     assert ops.count("MatMulInteger") == 6 * L + 1 and "Gemm" not in ops
     assert ops.count("MultiHeadAttention") == L  # fused self-attention, left in float32
     assert not (tmp_path / "int8" / "decoder_cpu.onnx").exists()
+
+
+def test_an_int8_export_runs_on_the_cpu_when_the_device_is_auto(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU machine (CUDA offered here by a stand-in) an int8 export, made of CPU graphs, stays on the CPU."""
+    import onnxruntime as ort
+
+    from transduce.engine import session
+    from transduce.engine.manifest import load_manifest
+    from transduce.export.quantize import quantize_model_dir
+
+    quantize_model_dir(tiny_model_dir, tmp_path / "int8")
+    opened: list[list[str]] = []
+    real = ort.InferenceSession
+
+    def recording(path: str, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+        opened.append(list(providers))
+        return real(path, options, providers=["CPUExecutionProvider"])
+
+    monkeypatch.setattr(session, "choose_providers", lambda device: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(session.ort, "InferenceSession", recording)
+    session.open_runner(load_manifest(tmp_path / "int8"), device="auto", intra_threads=1)
+    assert opened == [["CPUExecutionProvider"]] * 2  # encoder and decoder
+    opened.clear()
+    session.open_runner(load_manifest(tiny_model_dir), device="auto", intra_threads=1)  # float32: CUDA first
+    assert opened == [["CUDAExecutionProvider", "CPUExecutionProvider"]] * 2

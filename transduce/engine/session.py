@@ -98,12 +98,16 @@ def open_runner(
 ) -> DecoderRunner:
     """Open the encoder and decoder sessions on ``device``; an IO-binding runner on CUDA, a numpy runner on CPU.
 
-    On the CPU the decoder is the export's CPU decoder (fused self-attention) when it has one.
+    On the CPU the decoder is the export's CPU decoder (fused self-attention) when it has one. An int8 export runs on
+    the CPU unless ``device`` is "cuda".
 
     ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
     (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
     model's shortlist, already loaded by another runner (replicas share one instead of a copy each)."""
     providers = choose_providers(device)
+    if manifest.dtype == "int8-dynamic" and device == "auto" and providers != [CPU]:
+        log.info("%s is an int8 export, made for CPUs: serving it on the CPU", manifest.model_name)
+        providers = [CPU]  # its decoders are the CPU graphs; int8 MatMuls have no CUDA kernels in onnxruntime
     options = session_options(intra_threads, inter_threads)
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
     try:
