@@ -71,11 +71,8 @@ def test_fused_step_computes_what_the_traced_step_computes(shape: str) -> None:
         expected = DecoderStepGraph(model)(*inputs)
     graph = fused_decoder_step(model)
     session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
-    input_names = [names.DEC_INPUT_IDS, names.DEC_ENCODER_MASK, names.DEC_POSITIONS, names.DEC_SELF_MASK]
-    input_names += [*names.past_names(L), *names.cross_names(L)]
-    got = session.run(
-        [names.DEC_LOG_PROBS, *names.present_names(L)], {n: t.numpy() for n, t in zip(input_names, inputs, strict=True)}
-    )
+    feed = {n: t.numpy() for n, t in zip(names.decoder_input_names(L), inputs, strict=True)}
+    got = session.run([names.DEC_LOG_PROBS, *names.present_names(L)], feed)
     assert len(got) == len(expected)
     for ours, theirs in zip(got, expected, strict=True):
         assert ours.shape == tuple(theirs.shape)

@@ -199,13 +199,14 @@ def run(
     skipped = {e: why for e in engines if (why := available(e))}
     for beam, batch in CONFIGS:
         subset = sources if batch > 1 else sources[:n_batch1]
-        runnable = sorted(engines, key=lambda e: e != "transformers")  # the reference first
+        ordered = sorted(engines, key=lambda e: e != "transformers")  # the reference first
+        if "optimum-ort" in engines and "optimum-ort" not in skipped and not Path(paths["optimum-ort"]).exists():
+            skipped["optimum-ort"] = "Optimum export failed"
+        runnable = [e for e in ordered if e not in skipped]
         tries: dict[str, dict[int, Outcome]] = {e: {} for e in runnable}
         failed: dict[str, int] = dict.fromkeys(runnable, 0)
         for round_ in range(rounds):
             for engine in runnable:
-                if engine in skipped or (engine == "optimum-ort" and not Path(paths[engine]).exists()):
-                    continue
                 for n_threads in threads:
                     job = Job(engine, paths[engine], subset, beam, batch, n_threads, fixed_length, pieces)
                     print(
@@ -219,12 +220,9 @@ def run(
                     failed[engine] += bool(outcome.error)
                     tries[engine][n_threads] = faster(tries[engine].get(n_threads), outcome)
         ref: list[list[int]] | None = None
-        for engine in runnable:
+        for engine in ordered:
             if engine in skipped:
                 rows.append({"engine": engine, "beam": beam, "batch": batch, "error": skipped[engine]})
-                continue
-            if engine == "optimum-ort" and not Path(paths[engine]).exists():
-                rows.append({"engine": engine, "beam": beam, "batch": batch, "error": "Optimum export failed"})
                 continue
             best_threads, outcome = best_of(tries[engine])
             if engine == "transformers" and not outcome.error:

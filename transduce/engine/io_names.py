@@ -66,6 +66,12 @@ def cross_names(n_layers: int) -> list[str]:
     return [cross(i, kind) for i in range(n_layers) for kind in ("key", "value")]
 
 
+def decoder_input_names(n_layers: int) -> list[str]:
+    """The decoder step's inputs in graph order: ids, encoder mask, positions, self mask, past K/V, cross K/V."""
+    steps = [DEC_INPUT_IDS, DEC_ENCODER_MASK, DEC_POSITIONS, DEC_SELF_MASK]
+    return [*steps, *past_names(n_layers), *cross_names(n_layers)]
+
+
 # gather.onnx: rows (R',) int64 + 2L cache tensors -> the tensors gathered along axis 0
 GATHER_ROWS = "rows"
 

@@ -104,14 +104,7 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "f
         EncoderGraph(model).eval(), example["encoder"], out_dir / names.ENCODER_FILE, enc_in, enc_out, enc_axes, opset
     )
 
-    dec_in = [
-        names.DEC_INPUT_IDS,
-        names.DEC_ENCODER_MASK,
-        names.DEC_POSITIONS,
-        names.DEC_SELF_MASK,
-        *names.past_names(L),
-        *names.cross_names(L),
-    ]
+    dec_in = names.decoder_input_names(L)
     dec_out = [names.DEC_LOG_PROBS, *names.present_names(L)]
     dec_axes: dict[str, dict[int, str]] = {
         names.DEC_INPUT_IDS: {0: names.BATCH_AXIS},  # one new token per row (no causal mask in the graph)
@@ -179,7 +172,7 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
             "tokenizer": names.TOKENIZER_FILE,
             "encoder": names.ENCODER_FILE,
             "decoder": names.DECODER_FILE,
-            **({"cpu_decoder": names.CPU_DECODER_FILE} if config.dtype == "float32" else {}),
+            **({"cpu_decoder": names.CPU_DECODER_FILE} if (tmp / names.CPU_DECODER_FILE).is_file() else {}),
             "gather": names.GATHER_FILE,
             "io": io,
             "opset": config.opset,

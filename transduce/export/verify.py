@@ -37,6 +37,12 @@ def _pad(seqs: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
+def _cache_dtype(dec: ort.InferenceSession) -> type[np.floating]:
+    """The numpy dtype of a decoder graph's caches (float16 for a float16 export)."""
+    cache_type = {i.name: i.type for i in dec.get_inputs()}[names.past_self(0, "key")]
+    return np.float16 if cache_type == "tensor(float16)" else np.float32
+
+
 def _compare(
     model: Transformer, enc: ort.InferenceSession, dec: ort.InferenceSession, seqs: list[list[int]], steps: int
 ) -> tuple[float, bool]:
@@ -45,8 +51,7 @@ def _compare(
     L = cfg.n_decoder_layers
     ids, mask = _pad(seqs, cfg.pad_id)
     cross_ort = enc.run(names.cross_names(L), {names.ENC_INPUT_IDS: ids, names.ENC_ATTENTION_MASK: mask})
-    past_types = {i.name: i.type for i in dec.get_inputs()}
-    dtype = np.float16 if past_types[names.past_names(L)[0]] == "tensor(float16)" else np.float32  # the graph's
+    dtype = _cache_dtype(dec)
     past_ort = [np.zeros((len(seqs), cfg.n_heads, 0, cfg.d_k), dtype)] * (2 * L)
     with torch.no_grad():
         src, src_mask = torch.from_numpy(ids), torch.from_numpy(mask).bool()
@@ -94,13 +99,10 @@ def _compare_beams(model: Transformer, dec: ort.InferenceSession, seed: int) -> 
             self_mask=self_mask,
         )
         expected = [torch.log_softmax(logits[:, -1].float(), dim=-1), *(t for kv in cache for t in kv)]
-    cache_type = {i.name: i.type for i in dec.get_inputs()}[names.past_self(0, "key")]
-    dtype = np.float16 if cache_type == "tensor(float16)" else np.float32
-    input_names = [names.DEC_INPUT_IDS, names.DEC_ENCODER_MASK, names.DEC_POSITIONS, names.DEC_SELF_MASK]
-    input_names += [*names.past_names(L), *names.cross_names(L)]
+    dtype = _cache_dtype(dec)
     feed = {
         n: t.numpy().astype(dtype) if t.is_floating_point() else t.numpy()
-        for n, t in zip(input_names, tensors, strict=True)
+        for n, t in zip(names.decoder_input_names(L), tensors, strict=True)
     }
     got = dec.run([names.DEC_LOG_PROBS, *names.present_names(L)], feed)
     diff = max(float(np.abs(a.astype(np.float32) - b.numpy()).max()) for a, b in zip(got, expected, strict=True))
@@ -134,18 +136,19 @@ def verify_export(
     report: dict[str, Any] = {"tolerance": tolerance, "steps": steps, "cases": []}
     for graph in decoders:
         dec = ort.InferenceSession(str(model_dir / graph), opts, providers=["CPUExecutionProvider"])
-        for label, seqs in (
-            ("random batch 1", random_seqs[:1]),
-            ("random batch 4 (padded)", random_seqs),
-            ("real batch 1", real_seqs[:1]),
-            ("real batch 5 (padded)", real_seqs),
-        ):
-            diff, same = _compare(model, enc, dec, seqs, steps)
-            case = label if graph == names.DECODER_FILE else f"{label}, {graph}"
+        suffix = "" if graph == names.DECODER_FILE else f", {graph}"  # the traced graph's cases keep their names
+        results = [
+            (f"{label}{suffix}", _compare(model, enc, dec, seqs, steps))
+            for label, seqs in (
+                ("random batch 1", random_seqs[:1]),
+                ("random batch 4 (padded)", random_seqs),
+                ("real batch 1", real_seqs[:1]),
+                ("real batch 5 (padded)", real_seqs),
+            )
+        ]
+        results.append((f"beams sharing cross K/V, padded caches{suffix}", _compare_beams(model, dec, seed)))
+        for case, (diff, same) in results:
             report["cases"].append({"case": case, "max_abs_diff_log_probs": diff, "greedy_identical": same})
-        diff, same = _compare_beams(model, dec, seed)
-        case = "beams sharing cross K/V, padded caches" + ("" if graph == names.DECODER_FILE else f", {graph}")
-        report["cases"].append({"case": case, "max_abs_diff_log_probs": diff, "greedy_identical": same})
     report["max_abs_diff"] = max(c["max_abs_diff_log_probs"] for c in report["cases"])
     report["greedy_identical"] = all(c["greedy_identical"] for c in report["cases"])
     if report["max_abs_diff"] > tolerance or (require_identical and not report["greedy_identical"]):
