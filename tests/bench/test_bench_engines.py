@@ -17,7 +17,7 @@ pytestmark = [
 
 from tests.engine.test_shortlist import table_of  # noqa: E402
 from transduce.bench.contenders import RUNNERS, Outcome, device_of  # noqa: E402
-from transduce.bench.engines import CONFIGS, best_of, faster, run  # noqa: E402
+from transduce.bench.engines import CONFIGS, best_of, faster, rotated, run  # noqa: E402
 from transduce.bench.engines import ENGINES as ALL_ENGINES  # noqa: E402
 from transduce.model.checkpoint import load_checkpoint  # noqa: E402
 
@@ -107,19 +107,30 @@ def test_rounds_run_every_engine_in_turn_and_keep_each_ones_best(
         rounds=2,
     )
     progress = [line for line in capsys.readouterr().err.splitlines() if "round" in line]
-    # per config: round 1 of every engine, then round 2 of every engine
+    # per config: round 1 of every engine, then round 2 of every engine, starting with the next one
     assert len(progress) == 2 * len(engines) * len(CONFIGS)
     first = progress[: 2 * len(engines)]
     assert [("round 1 of 2" in line, engines[0] in line) for line in first] == [
         (True, True),
         (True, False),
-        (False, True),
         (False, False),
+        (False, True),
     ]
     assert result["rounds"] == 2 and "best of 2 rounds" in (tmp_path / "out" / "engines.md").read_text()
     assert all("error" not in r and r["target_tokens_per_s"] > 0 for r in result["rows"])
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         run(tiny_checkpoint, threads=(1,), work=tmp_path / "work", out_dir=tmp_path / "o2", engines=engines, rounds=0)
+
+
+def test_each_round_starts_one_engine_later() -> None:
+    engines = ["a", "b", "c"]
+    assert [rotated(engines, r) for r in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
+    assert rotated([], 2) == []
 
 
 def test_rounds_keep_each_runs_best_and_a_finished_run_over_a_failed_one() -> None:

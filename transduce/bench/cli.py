@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rounds",
         type=int,
         default=3,
-        help="`engines`: run every config this many times, all engines in turn each round, and keep each engine's "
-        "best (a shared machine's speed drifts between runs)",
+        help="`engines`: run every config this many times, all engines in turn each round (each round starting one "
+        "engine later), and keep each engine's best (a shared machine's speed drifts between runs)",
     )
     parser.add_argument(
         "--threads",

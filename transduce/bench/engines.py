@@ -154,6 +154,12 @@ def summarize(
     return row
 
 
+def rotated(engines: list[str], round_: int) -> list[str]:
+    """The order of ``engines`` in round ``round_`` (from 0): the list rotated left by the round number."""
+    k = round_ % len(engines) if engines else 0
+    return engines[k:] + engines[:k]
+
+
 def run(
     checkpoint: Path,
     *,
@@ -171,9 +177,10 @@ def run(
     """Benchmark every available engine on every config; write engines.json and engines.md.
 
     ``threads``: every engine runs every config with each of these thread counts; a row is its best.
-    ``rounds``: every config runs all engines this many times, one engine after the other each round, and each
-    engine keeps its best run per thread count: on a shared machine whose speed drifts, a slow spell then costs one
-    engine one of its runs, not its row.
+    ``rounds``: every config runs all engines this many times, one engine after the other each round (each round
+    starting one engine later, so no engine always runs first or right after the same one), and each engine keeps
+    its best run per thread count: on a shared machine whose speed drifts, a slow spell then costs one engine one of
+    its runs, not its row.
     ``sentences``: the source sentences (default: the first ``n`` English verses of the Bible dev chapters).
     ``bandwidth_bytes``: array size for the memory-bandwidth measurement (default: hardware.measure_bandwidth's)."""
     from transduce.model.checkpoint import load_checkpoint
@@ -206,7 +213,7 @@ def run(
         tries: dict[str, dict[int, Outcome]] = {e: {} for e in runnable}
         failed: dict[str, int] = dict.fromkeys(runnable, 0)
         for round_ in range(rounds):
-            for engine in runnable:
+            for engine in rotated(runnable, round_):
                 for n_threads in threads:
                     job = Job(engine, paths[engine], subset, beam, batch, n_threads, fixed_length, pieces)
                     print(
@@ -326,7 +333,7 @@ def markdown(result: dict[str, Any]) -> str:
         else ""
     )
     rounds = int(result.get("rounds", 1))
-    interleaved = f"{rounds} rounds, all engines in turn in each, and of " if rounds > 1 else ""
+    interleaved = f"{rounds} rounds (all engines in turn, each round starting one later), and of " if rounds > 1 else ""
     lines = [
         f"Engines on {result['machine']}, best of {interleaved}{threads_text(result['threads'])} threads each "
         f"(column threads), {result['date']}; "
