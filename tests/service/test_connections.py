@@ -214,7 +214,7 @@ def test_when_every_connection_is_busy_a_new_one_gets_503(parser: str) -> None:
 
 def test_serve_runs_on_uvloop_and_httptools() -> None:
     """serve leaves uvicorn its automatic choices, which pick the C event loop and HTTP parser transduce depends on
-    (15-25 % less event-loop CPU per request than asyncio's loop and h11: README, Benchmarks)."""
+    (about a fifth less event-loop CPU per request than asyncio's loop and h11: README, Benchmarks)."""
     import uvloop
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
