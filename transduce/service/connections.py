@@ -6,6 +6,8 @@ every request times out). ``guarded_protocol`` wraps uvicorn's HTTP protocol, on
 
 - a connection must deliver a request's headers within ``request_read_timeout_s`` of opening (or, on a kept-alive
   connection, of the first byte of its next request); otherwise it is closed;
+- a request's headers may take at most ``MAX_HEADER_BYTES``; a connection sending more is answered 431 and closed
+  (httptools, uvicorn's C parser, buffers headers without a limit: one connection could fill the memory);
 - at most ``max_connections`` are open: a new connection over the cap closes the oldest idle one (no request in
   progress; one that never sent a request goes first), or, when every open connection is busy, is answered 503 and
   closed at once.
@@ -23,10 +25,23 @@ from typing import Any, ClassVar, cast
 
 log = logging.getLogger("transduce.service")
 RESERVED_FDS = 64  # descriptors kept for everything but client connections: model files, logs, the listener, ...
-REFUSAL_BODY = json.dumps({"error": "server busy: every connection (max_connections) is in use, retry later"}).encode()
-REFUSAL = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n"
-    b"content-length: " + str(len(REFUSAL_BODY)).encode() + b"\r\n\r\n" + REFUSAL_BODY
+MAX_HEADER_BYTES = 64 * 1024  # a request line and headers (nginx allows 4 x 8 KiB, h11 16 KiB by default)
+
+
+def _response(status: str, message: str, *extra: str) -> bytes:
+    """A complete HTTP/1.1 error response with a ``{"error": ...}`` body that closes the connection."""
+    body = json.dumps({"error": message}).encode()
+    head = [f"HTTP/1.1 {status}", "content-type: application/json", *extra, "connection: close"]
+    return ("\r\n".join([*head, f"content-length: {len(body)}", "", ""])).encode() + body
+
+
+HEADERS_TOO_LARGE = _response(
+    "431 Request Header Fields Too Large", f"request headers larger than {MAX_HEADER_BYTES // 1024} KiB"
+)
+REFUSAL = _response(
+    "503 Service Unavailable",
+    "server busy: every connection (max_connections) is in use, retry later",
+    "retry-after: 1",
 )
 
 
@@ -96,6 +111,8 @@ class GuardedConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._refused = False
+        self._header_bytes = 0  # bytes received while the current request's headers are incomplete
+        self._cut = False  # answered 431: whatever else arrives is dropped
 
     @property
     def served(self) -> bool:
@@ -119,16 +136,28 @@ class GuardedConnection(asyncio.Protocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._refused or self._cut:
             return
         self.inner.data_received(data)
         if not self.idle:
+            self._header_bytes = 0
             self._disarm()  # headers complete: the app reads the body under its own deadline
+            return
+        self._header_bytes += len(data)  # the parser still waits for the end of the headers
+        if self._header_bytes > MAX_HEADER_BYTES and self.transport is not None:
+            log.warning(
+                "closed a connection sending over %d bytes of request headers (431)",
+                MAX_HEADER_BYTES,
+                extra={"throttle": "headers-too-large"},
+            )
+            self._cut = True  # nothing more reaches the parser
+            self.transport.write(HEADERS_TOO_LARGE)
+            self.close()
         elif self._timer is None:
             self._arm()  # the first bytes of the next request on a kept-alive connection
 
     def eof_received(self) -> bool | None:
-        return None if self._refused else self.inner.eof_received()
+        return None if self._refused or self._cut else self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
