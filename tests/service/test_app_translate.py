@@ -43,6 +43,38 @@ async def test_form_encoded_and_multipart() -> None:
         assert r.status_code == 200 and r.json() == {"translatedText": "Y X"}
 
 
+async def test_form_bodies_and_query_strings_are_read_as_utf8() -> None:
+    """Raw UTF-8 in a form body (`curl -d 'q=schöne Grüße'`) and percent-escaped UTF-8 read the same; another charset
+    is honoured when the Content-Type names it; bytes that are not text in it are a 422, never dropped or garbled."""
+    fake = FakeTranslator()
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", content="q=schöne Grüße 😀&source=de&target=en".encode(), headers=form)
+        assert r.status_code == 200 and r.json() == {"translatedText": "😀 GRÜSSE SCHÖNE"}, r.text
+        r = await client.post("/translate", content=b"q=sch%C3%B6ne+Gr%C3%BC%C3%9Fe&source=de&target=en", headers=form)
+        assert r.json() == {"translatedText": "GRÜSSE SCHÖNE"}
+        latin1 = {"content-type": "application/x-www-form-urlencoded; charset=ISO-8859-1"}
+        r = await client.post(
+            "/translate", content="q=schöne Tage&source=de&target=en".encode("latin-1"), headers=latin1
+        )
+        assert r.json() == {"translatedText": "TAGE SCHÖNE"}
+        r = await client.post("/translate?q=sch%C3%B6n&source=de&target=en")
+        assert r.json() == {"translatedText": "SCHÖN"}
+        for content in (b"q=Hello%ff%fe.&source=en&target=de", b"q=Hello\xff.&source=en&target=de"):
+            r = await client.post("/translate", content=content, headers=form)
+            assert r.status_code == 422 and r.json() == {
+                "error": "the form body is not utf-8 text (its percent-escapes included)"
+            }, r.text
+        r = await client.post("/translate?q=Hello%ff&source=en&target=de")
+        assert r.status_code == 422 and "query string is not utf-8 text" in r.json()["error"]
+        odd = {"content-type": "application/x-www-form-urlencoded; charset=klingon"}
+        r = await client.post("/translate", content=b"q=a&source=en&target=de", headers=odd)
+        assert r.status_code == 415 and r.json() == {
+            "error": "unsupported charset 'klingon': send the form body as UTF-8"
+        }
+    assert fake.translated[1:] == ["schöne Grüße 😀", "schöne Grüße", "schöne Tage", "schön"]
+
+
 async def test_fields_in_the_query_string_and_an_unset_format_as_libretranslate_reads_them() -> None:
     async with serve() as (client, _):
         r = await client.post("/translate?q=a+b&q=c&source=en&target=de&alternatives=0")  # no body, no content type
