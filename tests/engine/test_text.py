@@ -21,6 +21,10 @@ from transduce.engine.text import Segmented, segment, split_long
         ("no end mark  ", ["no end mark"], ["  "]),  # trailing whitespace is never part of a sentence
         ("spaces before  \na break", ["spaces before", "a break"], ["  \n", ""]),
         ("e.g.  this stays whole", ["e.g.  this stays whole"], [""]),  # however many spaces follow "e.g."
+        # every line break str.splitlines() knows ends a sentence, not only \n: a lone \r (old Mac files), \r\n,
+        # NEL, U+2028, form feed, vertical tab
+        ("Good night\rSee you\r", ["Good night", "See you"], ["\r", "\r"]),
+        ("a\r\nb\x85c\u2028d\u2029e\ff\vg", list("abcdefg"), ["\r\n", "\x85", "\u2028", "\u2029", "\f", "\v", ""]),
         ("", [], []),
         (" \n\t ", [], []),
     ],

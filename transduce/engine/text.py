@@ -10,8 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 # a sentence ends at . ! ? … (plus closing quotes/brackets) followed by whitespace and no lower-case letter
-# ("e.g. this" stays whole, however many spaces follow "e.g."), or at a line break
-_BOUNDARY = re.compile(r"(?<=[.!?…])[\"'”’»)\]]*\s+(?![a-zà-ÿ\s])|\n\s*")
+# ("e.g. this" stays whole, however many spaces follow "e.g."), or at a line break: any of str.splitlines()'s (a lone
+# \r as old Mac files have, \v, \f, the file/group/record separators, NEL, U+2028, U+2029), not only \n
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_BOUNDARY = re.compile(rf"(?<=[.!?…])[\"'”’»)\]]*\s+(?![a-zà-ÿ\s])|[{LINE_BREAKS}]\s*")
 
 
 @dataclass(frozen=True)
