@@ -332,6 +332,16 @@ def test_resource_errors_are_logged_once_per_interval_as_one_line() -> None:
         finally:
             uvicorn_log.removeHandler(handler)
         assert handler.lines[5:] == ["Invalid HTTP request received. (repeats are logged at most once per 10 s)"]
+        multipart_log = logging.getLogger("python_multipart.multipart")
+        multipart_log.addHandler(handler)
+        try:
+            for i in range(40):  # the multipart parser warns for each malformed body, each time in other words
+                multipart_log.warning("Expected boundary character 45, got 123 at index %d", i)
+        finally:
+            multipart_log.removeHandler(handler)
+        assert handler.lines[6:] == [
+            "Expected boundary character 45, got 123 at index 0 (repeats are logged at most once per 10 s)"
+        ]
     finally:
         loop.close()
         logger.handlers[:], logger.propagate = saved[0], saved[1]

@@ -16,6 +16,8 @@ THROTTLE_KEY = "throttle"  # ``extra={"throttle": "some-kind"}`` puts a record u
 RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})  # out of descriptors/memory
 # what uvicorn logs for every malformed request: a client could fill the log with it
 CLIENT_NOISE = frozenset({("uvicorn.error", "Invalid HTTP request received.")})
+# loggers that warn once per malformed request body (the multipart parser Starlette uses: "Expected boundary ...")
+CLIENT_NOISE_LOGGERS = ("python_multipart",)
 
 
 class JsonFormatter(logging.Formatter):
@@ -40,7 +42,8 @@ class LogThrottle(logging.Filter):
 
     The kinds: an OSError that says the process is out of a resource (EMFILE "too many open files", ENFILE, ENOBUFS,
     ENOMEM; asyncio logs one with a traceback for every failed ``accept()``), keyed by logger and errno; uvicorn's
-    warning for each malformed request (CLIENT_NOISE); and any record logged with ``extra={"throttle": KIND}``.
+    warning for each malformed request (CLIENT_NOISE) and the multipart parser's for each malformed body
+    (CLIENT_NOISE_LOGGERS); and any record logged with ``extra={"throttle": KIND}``.
     Every other record passes untouched."""
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -76,7 +79,8 @@ def _kind(record: logging.LogRecord) -> str | None:
         return f"{record.name}:errno {exc.errno}"
     if (record.name, record.msg) in CLIENT_NOISE:
         return f"{record.name}:{record.msg}"
-    return None
+    root = record.name.partition(".")[0]
+    return f"{root}:client noise" if root in CLIENT_NOISE_LOGGERS else None
 
 
 def _to_one_line(record: logging.LogRecord, held: int, interval_s: float) -> None:
