@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from transduce.engine.options import DEFAULT_OPTIONS
 from transduce.engine.text import Segmented, segment
@@ -61,14 +61,26 @@ class SourceLine(NamedTuple):
     text: str
 
 
+class InputError(ValueError):
+    """An input line is not UTF-8 text (the message names the file, line and byte)."""
+
+
 def _lines(files: Sequence[str], stack: ExitStack) -> Iterator[SourceLine]:
-    streams: list[tuple[str, TextIO]] = [
-        (f, stack.enter_context(open(f, encoding="utf-8")))  # noqa: SIM115
+    """The input lines, split at \\n (a \\r\\n's \\r dropped, any other line break kept inside the line, where
+    the sentence splitter keeps it), each decoded as UTF-8 on its own: a line that is not is an InputError."""
+    streams: list[tuple[str, BinaryIO]] = [
+        (f, stack.enter_context(open(f, "rb")))  # noqa: SIM115
         for f in files
-    ] or [("stdin", sys.stdin)]
+    ] or [("stdin", sys.stdin.buffer)]
     for name, stream in streams:
-        for number, line in enumerate(stream, 1):
-            yield SourceLine(name, number, line.rstrip("\n").rstrip("\r"))
+        for number, raw in enumerate(stream, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{name} line {number} is not UTF-8 text (byte 0x{raw[exc.start]:02x}, the line's byte {exc.start + 1})"
+                ) from None
+            yield SourceLine(name, number, text.removesuffix("\n").removesuffix("\r"))
 
 
 def _chunks(lines: Iterable[SourceLine], n: int) -> Iterator[list[SourceLine]]:

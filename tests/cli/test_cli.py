@@ -171,6 +171,26 @@ def test_translate_errors_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> 
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_translate_names_the_line_that_is_not_utf8(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Not a decoder's or a C++ binding's wording: the file (or stdin), the line and the byte."""
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("Hello.\nSch\xf6n.\n".encode("latin-1"))
+    translate = [*TRANSDUCE, "translate", "--model", str(tiny_model_dir), "-s", "en", "-t", "de"]
+    result = subprocess.run([*translate, str(bad)], capture_output=True, timeout=300)
+    assert result.returncode == 1
+    assert (
+        result.stderr.decode()
+        == f"transduce translate: {bad} line 2 is not UTF-8 text (byte 0xf6, the line's byte 4)\n"
+    )
+    result = subprocess.run(translate, input=b"a\x85b\n", capture_output=True, timeout=300)
+    assert result.returncode == 1
+    assert (
+        result.stderr.decode() == "transduce translate: stdin line 1 is not UTF-8 text (byte 0x85, the line's byte 2)\n"
+    )
+    crlf = subprocess.run(translate, input=b"Hello.\r\nHi\rthere.\n", capture_output=True, timeout=300)
+    assert crlf.returncode == 0 and crlf.stdout.count(b"\n") == 2 and crlf.stdout.count(b"\r") == 1  # a lone \r kept
+
+
 def test_export_cli(tiny_checkpoint: Path, tmp_path: Path) -> None:
     result = run("export", str(tiny_checkpoint), str(tmp_path / "m"))
     assert result.returncode == 0 and '"greedy_identical": true' in result.stdout
