@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -78,14 +79,40 @@ class Tokenizer:
 
     def unknown_runs(self, text: str) -> list[str]:
         """The runs of ``text`` the vocabulary cannot spell (each is read as one unknown piece, and a model can only
-        write it back as the unknown piece, " ⁇ "): emoji, other scripts; each once, in order."""
+        write it back as the unknown piece, " ⁇ "): emoji, other scripts; each once, in order. An unknown run with
+        letters is widened to the whole word it is part of ("Иван", whose "а" alone is spelled; "Ærøskøbing";
+        "Dvořák"), so the word is kept whole instead of losing its unknown letters; symbols (emoji) are not widened,
+        so "Hi👋" keeps "👋" and translates "Hi"."""
         unk = self.unk_id
-        pieces = self.sp.encode(text, out_type="proto").pieces
-        return list(dict.fromkeys(p.surface for p in pieces if p.id == unk and p.surface.strip()))
+        data = text.encode("utf-8")
+        char_at = [0] * (len(data) + 1)  # byte offset -> character offset (SentencePiece counts bytes)
+        at = 0
+        for i, c in enumerate(text):
+            for _ in range(len(c.encode("utf-8"))):
+                char_at[at] = i
+                at += 1
+        char_at[at] = len(text)
+        runs = []
+        for piece in self.sp.encode(text, out_type="proto").pieces:
+            if piece.id != unk or not piece.surface.strip():
+                continue
+            start, end = char_at[piece.begin], char_at[piece.end]
+            if any(c.isalpha() for c in text[start:end]):  # part of a word: keep the whole word
+                while start > 0 and _in_word(text[start - 1]):
+                    start -= 1
+                while end < len(text) and _in_word(text[end]):
+                    end += 1
+            runs.append(text[start:end].strip())
+        return list(dict.fromkeys(run for run in runs if run))
 
     def decode(self, ids: Iterable[int]) -> str:
         """Piece ids -> text; control ids (pad/bos/eos/tags) are dropped."""
         return str(self.sp.DecodeIds([int(i) for i in ids if not self.sp.IsControl(int(i))]))
+
+
+def _in_word(c: str) -> bool:
+    """A letter, digit or combining mark: what a word is made of."""
+    return c.isalnum() or unicodedata.category(c).startswith("M")
 
 
 def train_tokenizer(

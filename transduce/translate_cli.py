@@ -77,9 +77,8 @@ def _lines(files: Sequence[str], stack: ExitStack) -> Iterator[SourceLine]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{name} line {number} is not UTF-8 text (byte 0x{raw[exc.start]:02x}, the line's byte {exc.start + 1})"
-                ) from None
+                byte = f"byte 0x{raw[exc.start]:02x}, the line's byte {exc.start + 1}"
+                raise InputError(f"{name} line {number} is not UTF-8 text ({byte})") from None
             yield SourceLine(name, number, text.removesuffix("\n").removesuffix("\r"))
 
 

@@ -124,12 +124,19 @@ def _trie_pattern(sources: Sequence[str], space: str) -> str:
                 node = node.setdefault(unit, {})
         node[_END] = {}
 
+    def pattern_of(u: str) -> str:
+        return space if u == " " else re.escape(u)
+
     def emit(node: dict[str, Any]) -> str:
-        branches = [(space if u == " " else re.escape(u)) + emit(child) for u, child in node.items() if u != _END]
+        chain = []  # a run of nodes with one child and no term ending: written in a loop, so a term as long as a
+        while _END not in node and len(node) == 1:  # text (a kept run of 5,000 emoji) needs no deeper recursion
+            (u, node), *_ = node.items()
+            chain.append(pattern_of(u))
+        branches = [pattern_of(u) + emit(child) for u, child in node.items() if u != _END]
         if not branches:
-            return ""
+            return "".join(chain)
         body = branches[0] if len(branches) == 1 and _END not in node else f"(?:{'|'.join(branches)})"
-        return f"{body}?" if _END in node else body
+        return "".join(chain) + (f"{body}?" if _END in node else body)
 
     return emit(trie)
 

@@ -31,7 +31,7 @@ from transduce.service.errors import ApiError
 from transduce.service.glossary import Terms, duplicate, fold, mask_text, matcher, merged, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
 from transduce.service.htmlunits import PLACEHOLDER
-from transduce.service.schemas import MAX_TERM_CHARS, TranslateRequest
+from transduce.service.schemas import TranslateRequest
 
 
 class Item(Protocol):
@@ -227,10 +227,10 @@ def _terms(
 
 
 def kept_as_written(runs: Sequence[str], terms: Terms = ()) -> Terms:
-    """``terms``, then each of ``runs`` (what the model cannot spell: emoji, other scripts; as long as a term may be)
-    that no term already covers, as a term to keep as written."""
+    """``terms``, then each of ``runs`` (what the model cannot spell: emoji, other scripts, however long: a text is
+    at most max_chars) that no term already covers, as a term to keep as written."""
     given = {fold(term) for term, _ in terms}
-    return terms + tuple((run, None) for run in runs if len(run) <= MAX_TERM_CHARS and fold(run) not in given)
+    return terms + tuple((run, None) for run in runs if fold(run) not in given)
 
 
 def _masked(item: str | HtmlItem, terms: Terms) -> Item:
