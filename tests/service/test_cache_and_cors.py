@@ -75,6 +75,14 @@ async def test_cors_is_off_by_default_and_answers_preflights_when_configured() -
         assert "x-request-id" in r.headers["access-control-expose-headers"].lower()
         r = await client.options("/translate", headers={**preflight, "Origin": "https://evil.example"})
         assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+        assert r.json() == {
+            "error": "CORS preflight refused: origin not allowed (see cors_origins; the API takes GET and POST)"
+        }
+        r = await client.options(
+            "/translate",
+            headers={**preflight, "Origin": "https://evil.example", "Access-Control-Request-Method": "PUT"},
+        )
+        assert r.status_code == 400 and "origin, method not allowed" in r.json()["error"]
     async with serve(cors_origins="*") as (client, _):
         r = await client.post("/translate", json={"q": "Hi.", **EN_DE}, headers={"Origin": "https://any.example"})
         assert r.headers["access-control-allow-origin"] == "*"

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
@@ -23,7 +22,7 @@ from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.errors import install_error_handlers
 from transduce.service.filestore import FileStore
-from transduce.service.middleware import HeadAsGetMiddleware, RequestContextMiddleware
+from transduce.service.middleware import HeadAsGetMiddleware, JsonCORSMiddleware, RequestContextMiddleware
 from transduce.service.model_metrics import ModelMetrics
 from transduce.service.models import ModelLoader, ModelPool
 from transduce.service.observability import Metrics
@@ -221,7 +220,7 @@ def create_app(
     app.add_middleware(HeadAsGetMiddleware)
     if settings.origins:  # added last, so it runs first: a preflight is answered before anything else
         app.add_middleware(
-            CORSMiddleware,
+            JsonCORSMiddleware,
             allow_origins=settings.origins,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "Authorization", "X-Request-ID"],

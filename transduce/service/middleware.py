@@ -9,7 +9,9 @@ import time
 import uuid
 from typing import Any
 
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from transduce.service.logging import ACCESS_LOGGER
@@ -105,3 +107,16 @@ class RequestContextMiddleware:
             "inference_ms": round(timing.inference_ms, 2) if timing else None,
         }
         access_log.info("%s %s", str(scope.get("path"))[1:], status, extra={"fields": fields})
+
+
+class JsonCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS middleware, with a refused preflight answered ``{"error": ...}`` (it answers plain text)."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refused = bytes(response.body).decode().removeprefix("Disallowed CORS ")  # e.g. "origin, method"
+        headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
+        message = f"CORS preflight refused: {refused} not allowed (see cors_origins; the API takes GET and POST)"
+        return JSONResponse({"error": message}, status_code=400, headers=headers)
