@@ -56,6 +56,7 @@ async def test_ready_only_after_load_and_canary() -> None:
         latency = (await client.get("/latency")).json()
     await manager.__aexit__(None, None, None)
     assert fake.calls == [["Hello world."]] and fake.options[0].beam_size == 1  # the canary, greedy
+    assert fake.directions == [("en", "de")]  # the English text from English, though de->en is the first pair
     assert (latency["batches"], latency["count"]) == (1, 0)  # it went through the batcher; it is not a request
 
 

@@ -319,9 +319,11 @@ class TranslationPipeline:
 
 
 async def run_canary(pipeline: TranslationPipeline, settings: Settings) -> tuple[str, str, str]:
-    """Translate ``settings.canary_text`` (greedy) through the pipeline's queue, in the model's first pair: the model
-    serves only once this worked. Returns the source, the target and the translation."""
-    source, target = pipeline.translator.pairs[0]
+    """Translate ``settings.canary_text`` (greedy) through the pipeline's queue, in the model's first pair from
+    English (the default text is English), else its first pair: the model serves only once this worked. Returns the
+    source, the target and the translation."""
+    pairs = pipeline.translator.pairs
+    source, target = next((pair for pair in pairs if pair[0] == "en"), pairs[0])
     canary = TranslateRequest(q=settings.canary_text, source=source, target=target, beam_size=1)
     results, _ = await pipeline.translate(
         validate_request(canary, settings, pipeline.translator), started=time.monotonic()
