@@ -194,6 +194,29 @@ def test_a_long_sentence_full_of_markup_is_put_back_in_linear_time(lost: str) ->
     assert_same_markup(html, out)  # still every tag once
 
 
+@pytest.mark.parametrize(
+    ("html", "translation", "expected"),
+    [
+        # placeholders and no word back (the shipped model's answer to "Good [1] morning"): kept untranslated
+        ("<i>Good</i> morning", "[1]", "<i>Good</i> morning"),
+        ("<p>Click <b>Save</b> now.</p>", "[2] [1] =3]", "<p>Click <b>Save</b> now.</p>"),
+        ("<p>Click <b>Save</b> now.</p>", "", "<p>Click <b>Save</b> now.</p>"),
+        # a word back: the translation, however poor
+        ("<i>Good</i> morning", "[1] Morgen", "<i></i>Morgen"),
+        # a sentence of markup alone, e.g. an image between two links: nothing to keep
+        ('<p><a href="a">x</a> <img src="i.png"> <a href="b">y</a></p>', "[1] [2]", None),
+    ],
+)
+def test_a_translation_without_a_word_keeps_the_sentence_untranslated(
+    html: str, translation: str, expected: str | None
+) -> None:
+    item = parse_html(html)
+    out = item.rejoin([translation] * len(item.sentences))
+    assert_same_markup(html, out)
+    if expected is not None:
+        assert out == expected
+
+
 # --- the real engine -----------------------------------------------------------------------------------------------
 
 

@@ -15,7 +15,9 @@ placeholder is removed; a lost one is re-attached where it most likely belongs (
 ahead of its end tag, a lost end tag after the first word behind its start tag, a lost pair around the element's own
 text when the translation kept it verbatim — a name, a number, a file — else around the words its source span maps
 onto, never empty; a lost atom after the word nearest where it maps; a swapped pair is swapped back); then the tree is
-rebuilt from the original elements, each placed once, nested as in the source and never overlapping a sibling. So the
+rebuilt from the original elements, each placed once, nested as in the source and never overlapping a sibling. A
+translation with placeholders (or their junk) and no word, for a sentence with words, is replaced by the sentence as
+sent: kept untranslated, its markup exactly in place, rather than lost. So the
 result is always well-formed HTML holding every original tag exactly once. The model's text is escaped.
 
 Glossary terms (``Term``) travel as placeholders too: the model never sees them, the target term goes where its
@@ -209,7 +211,7 @@ class Unit:
         if len(translations) != len(self.sentences):
             raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
         sent = iter(translations)
-        translations = [s.text if s.fixed else next(sent) for s in self._sentences]
+        translations = [s.text if s.fixed else self._or_source(s, next(sent)) for s in self._sentences]
         target: list[str] = []
         keys: dict[int, tuple[int, int]] = {}  # mark index -> (position in the target text, order)
         size = order = 0
@@ -242,6 +244,18 @@ class Unit:
         self._tidy(full, keys)
         escape = escape_text if self.html else str
         return _Render(full, keys, self._index, values, escape).nodes(self.nodes, (0, -1), (len(full), order))
+
+    def _or_source(self, sentence: _Sentence, translation: str) -> str:
+        """``translation``, or the sentence as sent (its placeholders exactly in place) when the model gave back
+        placeholders or their junk and no word for a sentence with words: its text is kept untranslated, never lost."""
+        if not _WORDY.search(_MARK.sub("", sentence.text)):
+            return translation
+        found = _placeholders(translation, sentence.text)
+        words, at = [], 0
+        for match, _ in found:
+            words.append(translation[at : match.start()])
+            at = match.end()
+        return translation if _WORDY.search("".join([*words, translation[at:]])) else sentence.text
 
     def _restore(self, sentence: _Sentence, translation: str) -> tuple[str, dict[int, int]]:
         """The translation without placeholders, and where each of the sentence's marks goes in it."""
