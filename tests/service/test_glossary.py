@@ -470,6 +470,7 @@ CASES = {
             '<code>pip install</code> und sehen <a href="x">die</a>.',  # the space after the code kept
         ),
         ("A <b>b</b> c", "X [1] y [2]] z", "X <b>y</b> z"),  # a bracket touching a placeholder
+        ("A <b>b</b> c", "X =1 y [2] z", "X <b>y</b> z"),  # "=1" with no bracket at all (emoji sentences)
         ("A <b>b</b> c", "X [1] y [2] = 5 [c]", "X <b>y</b> = 5 [c]"),  # "=", brackets of the translation's own
         ("A b c.", "X = 5 [c].", "X = 5 [c]."),  # no placeholders: nothing is read as one
         ("Set <b>x</b> = 1 [a]", "Setze [1] x [2] = 1 [a]", "Setze <b>x</b> = 1 [a]"),  # the sentence's own "=", "["

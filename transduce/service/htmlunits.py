@@ -42,9 +42,9 @@ PLACEHOLDER = _MARK  # (public) what stands for markup or a term in a sentence s
 # runs of "$1" it sometimes adds; read as placeholders only when the sentence sent has no "%" of its own
 _PRINTF_MARK = re.compile(r"[»«„“\"]?%(?:(\d{1,6})(?:\$\d*[sd]?)*|[sd](?![^\W\d_]))[«»“\"]?")
 _DOLLAR_RUN = re.compile(r"(?:\$\d*[sd]?)+")  # its "$1$1$s" runs: dropped when the sentence sent has no "$"
-# ... or with its "[" turned into "=" ("=1]", "=15]"), or with a bracket doubled ("[1]]"): read so only in a sentence
-# sent with placeholders and no "=" (no bracket) of its own outside them
-_EQUALS_MARK = re.compile(r"=(\d{1,6})\]")
+# ... or with its "[" turned into "=" ("=1]", "=15]", "=1"), or with a bracket doubled ("[1]]"): read so only in a
+# sentence sent with placeholders and no "=" (no bracket) of its own outside them
+_EQUALS_MARK = re.compile(r"=(\d{1,6})\]?")
 _BRACKET = re.compile(r"[\[\]]")
 _HUGGING = set(".,;:!?)]}…")  # punctuation that follows a word without a space
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not the no-break space)
