@@ -21,6 +21,15 @@ from transduce.engine.text import Segmented, segment, split_long
         ("no end mark  ", ["no end mark"], ["  "]),  # trailing whitespace is never part of a sentence
         ("spaces before  \na break", ["spaces before", "a break"], ["  \n", ""]),
         ("e.g.  this stays whole", ["e.g.  this stays whole"], [""]),  # however many spaces follow "e.g."
+        # titles, initials and number prefixes do not end a sentence (Moses' non-breaking prefixes)
+        ("Dr. Smith came. Mr. Li left.", ["Dr. Smith came.", "Mr. Li left."], [" ", ""]),
+        (
+            "J. R. R. Tolkien wrote it. (Prof. X) read it.",
+            ["J. R. R. Tolkien wrote it.", "(Prof. X) read it."],
+            [" ", ""],
+        ),
+        ("Siehe Nr. 3. Dann Abs. 2 lesen.", ["Siehe Nr. 3.", "Dann Abs. 2 lesen."], [" ", ""]),
+        ("The answer is No. Then we left.", ["The answer is No.", "Then we left."], [" ", ""]),  # no digit after it
         # every line break str.splitlines() knows ends a sentence, not only \n: a lone \r (old Mac files), \r\n,
         # NEL, U+2028, form feed, vertical tab
         ("Good night\rSee you\r", ["Good night", "See you"], ["\r", "\r"]),
@@ -68,7 +77,7 @@ def test_leading_and_trailing_whitespace_of_the_text_is_kept() -> None:
 
 def test_rejoin_refuses_a_wrong_number_of_translations() -> None:
     with pytest.raises(ValueError, match="2 translations for 3 sentences"):
-        segment("A. B. C.").rejoin(["a", "b"])
+        segment("One. Two. Three.").rejoin(["a", "b"])
     with pytest.raises(ValueError, match="1 translations for 0 sentences"):
         Segmented((), ()).rejoin(["a"])
 

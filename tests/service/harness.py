@@ -83,7 +83,7 @@ class FakeTranslator:
         self.max_source_tokens = max_source_tokens
         self.calls: list[list[str]] = []  # the texts of every translate call, in order ([0] is the start-up canary)
         self.options: list[DecodeOptions] = []  # the options of every translate call
-        self.directions: list[tuple[str, str]] = []  # the (source, target) of every translate call
+        self.langs: list[tuple[str, str]] = []  # the (source, target) of every translate call
         self.fail_on: dict[str, Exception] = {}  # a sentence that makes translate raise the given exception
         self._lock = threading.Lock()
 
@@ -103,7 +103,7 @@ class FakeTranslator:
         with self._lock:
             self.calls.append(list(texts))
             self.options.append(options)
-            self.directions.append((source_lang, target_lang))
+            self.langs.append((source_lang, target_lang))
         for text in texts:
             if text in self.fail_on:
                 raise self.fail_on[text]

@@ -56,7 +56,7 @@ async def test_ready_only_after_load_and_canary() -> None:
         latency = (await client.get("/latency")).json()
     await manager.__aexit__(None, None, None)
     assert fake.calls == [["Hello world."]] and fake.options[0].beam_size == 1  # the canary, greedy
-    assert fake.directions == [("en", "de")]  # the English text from English, though de->en is the first pair
+    assert fake.langs == [("en", "de")]  # the English text from English, though de->en is the first pair
     assert (latency["batches"], latency["count"]) == (1, 0)  # it went through the batcher; it is not a request
 
 
@@ -98,13 +98,13 @@ async def test_queue_full_is_503_with_retry_after() -> None:
         gate.hold()
         first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
         await gate.wait_entered()  # the worker holds "first"; the queue is empty
-        second = asyncio.create_task(client.post("/translate", json={"q": "A. B. C", **EN_DE}))
+        second = asyncio.create_task(client.post("/translate", json={"q": "One. Two. Three", **EN_DE}))
         await wait_until(lambda: app.state.transduce.pipeline.queue.queue_depth == 3)
         r = await client.post("/translate", json={"q": "refused", **EN_DE})
         assert r.status_code == 503 and "queue is full" in r.json()["error"]
         assert int(r.headers["retry-after"]) >= 1
         gate.release()
-        assert (await first).status_code == 200 and (await second).json() == {"translatedText": "A. B. C"}
+        assert (await first).status_code == 200 and (await second).json() == {"translatedText": "ONE. TWO. THREE"}
     assert "refused" not in fake.translated
 
 

@@ -418,7 +418,7 @@ async def test_model_length_limit_is_checked_before_queueing() -> None:
 
 async def test_more_sentences_than_the_queue_holds_is_413_not_500() -> None:
     async with serve(max_queue_items=10) as (client, _):
-        r = await client.post("/translate", json={"q": "A. " * 11, **EN_DE})
+        r = await client.post("/translate", json={"q": "One. " * 11, **EN_DE})
     assert r.status_code == 413 and "11 sentences" in r.json()["error"] and "max_queue_items" in r.json()["error"]
 
 

@@ -163,9 +163,9 @@ async def test_a_long_run_of_whitespace_is_sent_in_pieces_within_max_chars() -> 
 
 
 async def test_a_file_is_sent_in_requests_within_max_queue_items_sentences() -> None:
-    lines = ["A. B. C. D. E. F. G. H. I. J. K. L."] + ["One. Two. Three."] * 10
+    lines = ["Aa. Bb. Cc. Dd. Ee. Ff. Gg. Hh. Ii. Jj. Kk. Ll."] + ["One. Two. Three."] * 10
     fake = FakeTranslator()
     async with serve(fake, max_queue_items=8) as (client, _):
         got = await fetch(client, await upload(client, "short.txt", "\n".join(lines).encode()))
-    assert got.text.split("\n") == [lines[0]] + ["ONE. TWO. THREE."] * 10
+    assert got.text.split("\n") == [lines[0].upper()] + ["ONE. TWO. THREE."] * 10
     assert max(map(len, fake.calls[1:])) <= 8  # once a 413: "request has 12 sentences, over the limit of 8"

@@ -35,6 +35,24 @@ class Segmented:
         return self.leading + "".join(t + sep for t, sep in zip(translations, self.separators, strict=True))
 
 
+# words whose period does not end a sentence (as Moses' non-breaking prefixes): titles and name parts always, a
+# single capital letter (an initial: "J. R. R. Tolkien"), and number prefixes when a digit follows ("No. 5", "Nr. 3")
+TITLES = frozenset("Mr Mrs Ms Dr Prof Sr Jr St Mt Rev Gen Col Lt Sgt Capt Hon Hr Fr Frl Dipl Ing Mag Hrsg".split())  # noqa: SIM905
+NUMBER_PREFIXES = frozenset("No Nos Nr Vol Fig Figs Abb Abs Art Kap Chap Sec Tab pp p S".split())  # noqa: SIM905
+_BEFORE_PERIOD = re.compile(r"(?:^|[\s(\[\"'“‘«„])([^\W\d_]+)\.$")
+
+
+def _holds(body: str, end: int) -> bool:
+    """Whether the period just before ``end`` in ``body`` belongs to an abbreviation that does not end a sentence."""
+    word = _BEFORE_PERIOD.search(body, max(0, end - 12), end)
+    if word is None:
+        return False
+    w = word.group(1)
+    if w in TITLES or (len(w) == 1 and w.isupper()):
+        return True
+    return w in NUMBER_PREFIXES and body[end:].lstrip()[:1].isdigit()
+
+
 def segment(text: str) -> Segmented:
     """Split ``text`` into sentences with no whitespace at either end; ``rejoin(sentences)`` gives back ``text``."""
     body = text.lstrip()
@@ -48,6 +66,8 @@ def segment(text: str) -> Segmented:
 
     start = 0
     for match in _BOUNDARY.finditer(body):
+        if body[match.start() - 1 : match.start()] == "." and _holds(body, match.start()):
+            continue  # "Dr. Smith", "J. R. R. Tolkien", "No. 5": one sentence
         sep_start = match.start()
         # keep closing quotes/brackets with the sentence, only whitespace goes to the separator
         while sep_start < match.end() and not body[sep_start].isspace():
