@@ -100,6 +100,13 @@ def test_each_result_is_handed_over_as_soon_as_its_sentence_ends(
     assert results == translator.translate(texts, source_lang="en", target_lang="de", options=options)
 
 
+def test_blank_and_letterless_input_is_given_back_without_decoding(tiny_translator: Translator) -> None:
+    decoded = tiny_translator.stats.sentences
+    out = tiny_translator.translate(["  ", "123", " -- ", "\x07"], source_lang="en", target_lang="de")
+    assert [r.hypotheses for r in out] == [[""], ["123"], ["--"], ["\x07"]]
+    assert tiny_translator.stats.sentences == decoded  # nothing reached the model
+
+
 def test_beam_search_scores_at_least_greedy(tiny_translator: Translator) -> None:
     greedy = tiny_translator.translate(
         SENTENCES,

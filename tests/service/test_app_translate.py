@@ -43,6 +43,18 @@ async def test_form_encoded_and_multipart() -> None:
         assert r.status_code == 200 and r.json() == {"translatedText": "Y X"}
 
 
+async def test_sentences_without_a_letter_come_back_as_they_are_without_decoding() -> None:
+    """A number, punctuation, symbols or control characters: the model would only make something up for them."""
+    fake = FakeTranslator()
+    q = ["123", "10:30 – 11:45", "\x07\x08", "!!! ???", "Hello world. 42.", "<3 ;-)"]
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "alternatives": 1})
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == ["123", "10:30 – 11:45", "\x07\x08", "!!! ???", "WORLD. HELLO 42.", "<3 ;-)"]
+    assert r.json()["alternatives"][0] == ["123"]
+    assert fake.translated[1:] == ["Hello world."]  # the only sentence with a letter
+
+
 async def test_form_bodies_and_query_strings_are_read_as_utf8() -> None:
     """Raw UTF-8 in a form body (`curl -d 'q=schöne Grüße'`) and percent-escaped UTF-8 read the same; another charset
     is honoured when the Content-Type names it; bytes that are not text in it are a 422, never dropped or garbled."""

@@ -53,6 +53,12 @@ def _holds(body: str, end: int) -> bool:
     return w in NUMBER_PREFIXES and body[end:].lstrip()[:1].isdigit()
 
 
+def has_letters(text: str) -> bool:
+    """Whether ``text`` has a letter (of any script): one without (a number, punctuation, symbols, emoji, control
+    characters) is given back as it is, never decoded, as a model only makes something up for it."""
+    return any(c.isalpha() for c in text)
+
+
 def segment(text: str) -> Segmented:
     """Split ``text`` into sentences with no whitespace at either end; ``rejoin(sentences)`` gives back ``text``."""
     body = text.lstrip()

@@ -20,6 +20,7 @@ from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.search import Hypothesis, make_search
 from transduce.engine.session import choose_providers, open_runner, usable_cores
 from transduce.engine.shortlist import ShortlistConfig
+from transduce.engine.text import has_letters
 from transduce.tokenizer import Tokenizer
 
 log = logging.getLogger("transduce.engine")
@@ -181,18 +182,16 @@ class Translator:
         options: DecodeOptions = DEFAULT_OPTIONS,
         on_result: OnResult | None = None,
     ) -> list[TranslationResult]:
-        """Translate sentences of ``source_lang`` into ``target_lang``; blank input gives "" without decoding.
+        """Translate sentences of ``source_lang`` into ``target_lang``; blank input gives "" and input without a letter
+        (``has_letters``: "123", "---", control characters) itself, without decoding.
 
         ``on_result(i, result)`` is called (on this thread) as soon as input ``i`` is translated, while the rest of
         its batch may still decode; the returned list holds every result all the same."""
         self.check_pair(source_lang, target_lang)
-        todo = [i for i, t in enumerate(texts) if t.strip()]
-        blank = TranslationResult(
-            [""] * options.num_hypotheses,
-            [[]] * options.num_hypotheses,
-            [0.0] * options.num_hypotheses if options.return_scores else [],
-        )
-        results: list[TranslationResult | None] = [blank] * len(texts)
+        todo = [i for i, t in enumerate(texts) if has_letters(t)]
+        k = options.num_hypotheses
+        scores = [0.0] * k if options.return_scores else []
+        results: list[TranslationResult | None] = [TranslationResult([t.strip()] * k, [[]] * k, scores) for t in texts]
         encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
         early = None if on_result is None else (lambda j, result: on_result(todo[j], result))
         for i, result in zip(todo, self.translate_batch(encoded, options=options, on_result=early), strict=True):

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from transduce.engine.batcher import BatcherConfig, BatchStats, Deliver, DynamicBatcher, RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig
 from transduce.engine.scheduler import StepScheduler, StepStats, Timed
+from transduce.engine.text import has_letters
 from transduce.engine.translator import TranslationResult, Translator, filled
 from transduce.service.cache import TranslationCache
 from transduce.service.config import Settings
@@ -231,7 +232,7 @@ class TranslationPipeline:
         keys = [(source, job.target, options, text) for source, text, _ in flat]
         results: list[TranslationResult | None] = []
         for (source, text, _), key in zip(flat, keys, strict=True):
-            passed = source == job.target
+            passed = source == job.target or not has_letters(text)  # nothing to translate: given back as it is
             results.append(TranslationResult(hypotheses=[text], tokens=[]) if passed else self.cache.get(key))
         missing = [i for i, r in enumerate(results) if r is None]
         if self.cache.size:
