@@ -222,7 +222,6 @@ async def test_limits_and_bad_fields(body: dict[str, Any], status: int, message:
     [
         (b'{"q": "x", "source": ', "application/json", 422, "not valid JSON"),
         (b"\xff\xfe\x00garbage", "application/json", 422, "not valid JSON"),
-        (b'{"q": "a\\ud800", "source": "en", "target": "de"}', "application/json", 422, "lone surrogate (\\ud800)"),
         (b'{"q": 5, "source": "en", "target": "de"}', "application/json", 422, "q"),
         (b'{"q": ["ok", 3], "source": "en", "target": "de"}', "application/json", 422, "q"),
         (b'{"q": {"a": 1}, "source": "en", "target": "de"}', "application/json", 422, "q"),
