@@ -293,7 +293,7 @@ async def test_422_messages_are_in_our_own_words(content: bytes, message: str) -
         ("beam_size", 2.5, "the number 2.5"),
         ("alternatives", False, "false"),
         ("alternatives", "1", 'the text "1"'),
-        ("alternatives", None, "null"),
+        ("alternatives", {"n": 1}, "an object"),
         ("beam_size", [4], "a list"),
     ],
 )
@@ -308,6 +308,18 @@ async def test_numeric_fields_take_json_integers_only(field: str, value: Any, sh
         f"not {shown}"
     }
     assert len(fake.calls) == 1
+
+
+async def test_null_numbers_are_unset_and_huge_ones_name_the_setting() -> None:
+    """null is "not given" for both numbers (beam_size: the server's default; alternatives: none); a beam beyond any
+    limit is refused by max_beam_size (alternatives by max_alternatives), named, not by a bound of the schema's own."""
+    async with serve() as (client, _):
+        r = await client.post("/translate", json={"q": "a b", **EN_DE, "beam_size": None, "alternatives": None})
+        assert r.status_code == 200 and r.json() == {"translatedText": "B A"}, r.text
+        r = await client.post("/translate", json={"q": "a b", **EN_DE, "beam_size": 123456789012345678})
+        assert r.status_code == 400 and "max_beam_size" in r.json()["error"], r.text
+        r = await client.post("/translate", json={"q": "a b", **EN_DE, "alternatives": 123456789012345678})
+        assert r.status_code == 400 and "max_alternatives" in r.json()["error"], r.text
 
 
 async def test_form_bodies_write_numbers_in_decimal_digits() -> None:

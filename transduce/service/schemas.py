@@ -64,11 +64,11 @@ class TranslateRequest(BaseModel):
         "text", description="text, or html: the text of an HTML fragment is translated and its markup kept"
     )
     alternatives: int = Field(
-        0, ge=0, le=1000, strict=True, description="number of alternative translations to return (fewer than beam_size)"
+        0, ge=0, strict=True, description="number of alternative translations to return (fewer than beam_size)"
     )
     api_key: str | None = Field(None, max_length=256, description="API key when the server requires one")
-    beam_size: int | None = Field(
-        None, ge=1, le=1000, strict=True, description="beam size (1 = greedy); server default if unset"
+    beam_size: int | None = Field(  # at most max_beam_size: checked with the settings, naming it
+        None, ge=1, strict=True, description="beam size (1 = greedy); server default if unset"
     )
     glossary: Annotated[list[GlossaryEntry] | None, WithJsonSchema(_GLOSSARY_SCHEMA)] = Field(
         None,
@@ -81,6 +81,12 @@ class TranslateRequest(BaseModel):
     def _unset_format_is_text(cls, value: Any) -> Any:
         """null or "" is text, as LibreTranslate treats a format it was not given."""
         return "text" if value is None or value == "" else value
+
+    @field_validator("alternatives", mode="before")
+    @classmethod
+    def _unset_alternatives_is_none(cls, value: Any) -> Any:
+        """null is none, as for beam_size (null: the server's default)."""
+        return 0 if value is None else value
 
 
 class DetectedLanguage(BaseModel):
