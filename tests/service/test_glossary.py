@@ -428,6 +428,23 @@ class Answering(FakeTranslator):
         ]
 
 
+async def test_placeholders_and_no_word_back_translate_the_sentence_again_without_them() -> None:
+    """The shipped model answers "Good [1] morning" with "[1]": the sentence is translated once more without its
+    placeholders, and its markup (or its kept term) placed as for lost ones, instead of keeping it untranslated."""
+    fake = Answering({"Good [1] morning": "[1]", "Use [1] now.": "=1]"})
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": "<i>Good</i> morning", **EN_DE, "format": "html"})
+        assert r.status_code == 200, r.text
+        out = r.json()["translatedText"]
+        glossary = [{"source": "Node.js", "target": None}]
+        r = await client.post("/translate", json={"q": "Use Node.js now.", **EN_DE, "glossary": glossary})
+        assert r.status_code == 200, r.text
+        kept = r.json()["translatedText"]
+    assert fake.translated[1:] == ["Good [1] morning", "Good morning", "Use [1] now.", "Use now."]
+    assert out.count("<i>") == out.count("</i>") == 1 and re.sub("</?i>", "", out) == "MORNING GOOD", out
+    assert kept.count("Node.js") == 1 and re.sub(" ?Node.js", "", kept) == "NOW. USE", kept
+
+
 @pytest.mark.parametrize("fmt", ["text", "html"])
 async def test_a_lost_term_is_never_put_inside_another_terms_target(fmt: str) -> None:
     """The model gave one placeholder twice and lost the other: the lost term goes beside the kept one, whose

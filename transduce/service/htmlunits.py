@@ -101,6 +101,25 @@ def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int 
     return found
 
 
+def _has_word(translation: str, sent: str) -> bool:
+    """Whether ``translation`` of ``sent`` has a word outside its placeholders and their junk."""
+    at, words = 0, []
+    for match, _ in _placeholders(translation, sent):
+        words.append(translation[at : match.start()])
+        at = match.end()
+    return bool(_WORDY.search("".join([*words, translation[at:]])))
+
+
+def plain_retry(sent: str, translation: str) -> str | None:
+    """What to translate again when the model gave back placeholders (or their junk) and no word for ``sent``, a
+    sentence with placeholders and words: ``sent`` without its placeholders, whose translation then places the
+    markup as for lost placeholders; None when ``translation`` will do."""
+    if not _MARK.search(sent) or _has_word(translation, sent):
+        return None
+    plain = _SPACES.sub(" ", _MARK.sub(" ", sent)).strip()
+    return plain if _WORDY.search(plain) else None
+
+
 def _outside(
     found: list[tuple[re.Match[str], int | None]], more: Iterable[tuple[re.Match[str], int | None]]
 ) -> list[tuple[re.Match[str], int | None]]:
@@ -248,14 +267,9 @@ class Unit:
     def _or_source(self, sentence: _Sentence, translation: str) -> str:
         """``translation``, or the sentence as sent (its placeholders exactly in place) when the model gave back
         placeholders or their junk and no word for a sentence with words: its text is kept untranslated, never lost."""
-        if not _WORDY.search(_MARK.sub("", sentence.text)):
+        if not _WORDY.search(_MARK.sub("", sentence.text)) or _has_word(translation, sentence.text):
             return translation
-        found = _placeholders(translation, sentence.text)
-        words, at = [], 0
-        for match, _ in found:
-            words.append(translation[at : match.start()])
-            at = match.end()
-        return translation if _WORDY.search("".join([*words, translation[at:]])) else sentence.text
+        return sentence.text
 
     def _restore(self, sentence: _Sentence, translation: str) -> tuple[str, dict[int, int]]:
         """The translation without placeholders, and where each of the sentence's marks goes in it."""

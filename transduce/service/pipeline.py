@@ -8,6 +8,7 @@ its own sentences are done; for translators without step-level decoding too, suc
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import astuple, dataclass
@@ -21,9 +22,12 @@ from transduce.engine.translator import TranslationResult, Translator, filled
 from transduce.service.cache import TranslationCache
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
+from transduce.service.htmlunits import plain_retry
 from transduce.service.observability import LatencyWindow, Metrics, RequestTiming
 from transduce.service.schemas import TranslateRequest
 from transduce.service.validation import TranslationJob, validate_request
+
+log = logging.getLogger("transduce.service")
 
 
 class SentenceQueue(Protocol):
@@ -246,6 +250,22 @@ class TranslationPipeline:
         self.metrics.sentences.inc(len(timed))
         self.metrics.generated_tokens.inc(sum(len(t.result.tokens[0]) + 1 for t in timed if t.result.tokens))
         done = filled(results)
+        retry = [  # placeholders and no word back: the sentence once more without them (its markup then placed)
+            (i, plain)
+            for i, ((source, text, _), r) in enumerate(zip(flat, done, strict=True))
+            if source != job.target and (plain := plain_retry(text, r.hypotheses[0])) is not None
+        ]
+        if retry:
+            try:
+                again = await self._submit(job.target, [(flat[i][0], plain) for i, plain in retry], options, started)
+            except Exception as exc:  # noqa: BLE001 - a second try only: without it the sentence is kept as sent
+                log.info("a retry of %d sentences without placeholders failed: %s", len(retry), exc)
+                again = []
+            for (i, _), t in zip(retry, again, strict=False):
+                done[i] = t.result
+                self.cache.put(keys[i], t.result)
+            self.metrics.sentences.inc(len(again))
+            timed += again
         out: list[ItemTranslation] = []
         cursor = 0
         for item in job.items:
