@@ -9,6 +9,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from transduce.engine.text import has_letters
+
 
 class Tokenizer:
     """Joint SentencePiece vocabulary; special ids come from the SentencePiece model, never from constants."""
@@ -92,16 +94,19 @@ class Tokenizer:
                 char_at[at] = i
                 at += 1
         char_at[at] = len(text)
-        runs = []
+        runs, covered = [], 0  # covered: where the last widened word ended (each word is widened once)
         for piece in self.sp.encode(text, out_type="proto").pieces:
             if piece.id != unk or not piece.surface.strip():
                 continue
             start, end = char_at[piece.begin], char_at[piece.end]
-            if any(c.isalpha() for c in text[start:end]):  # part of a word: keep the whole word
-                while start > 0 and _in_word(text[start - 1]):
+            if start < covered:
+                continue
+            if has_letters(text[start:end]):  # part of a word: keep the whole word
+                while start > covered and _in_word(text[start - 1]):
                     start -= 1
                 while end < len(text) and _in_word(text[end]):
                     end += 1
+                covered = end
             runs.append(text[start:end].strip())
         return list(dict.fromkeys(run for run in runs if run))
 
@@ -111,8 +116,9 @@ class Tokenizer:
 
 
 def _in_word(c: str) -> bool:
-    """A letter, digit or combining mark: what a word is made of."""
-    return c.isalnum() or unicodedata.category(c).startswith("M")
+    """A letter, digit, underscore or combining mark: what a word is made of (as the glossary's whole-word match
+    reads ``\\w``, so a widened run is found again: "my_Иван_file")."""
+    return c.isalnum() or c == "_" or unicodedata.category(c).startswith("M")
 
 
 def train_tokenizer(

@@ -83,12 +83,18 @@ def _lines(files: Sequence[str], stack: ExitStack) -> Iterator[SourceLine]:
 
 
 def _chunks(lines: Iterable[SourceLine], n: int) -> Iterator[list[SourceLine]]:
+    """``lines`` in lists of ``n``; the lines read before an input error are handed over before it is raised."""
     chunk: list[SourceLine] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == n:
+    try:
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) == n:
+                yield chunk
+                chunk = []
+    except InputError:
+        if chunk:
             yield chunk
-            chunk = []
+        raise
     if chunk:
         yield chunk
 

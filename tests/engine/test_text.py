@@ -30,6 +30,12 @@ from transduce.engine.text import Segmented, segment, split_long
         ),
         ("Siehe Nr. 3. Dann Abs. 2 lesen.", ["Siehe Nr. 3.", "Dann Abs. 2 lesen."], [" ", ""]),
         ("The answer is No. Then we left.", ["The answer is No.", "Then we left."], [" ", ""]),  # no digit after it
+        ("So did I. Then we left.", ["So did I.", "Then we left."], [" ", ""]),  # "I" is no initial
+        (
+            "Option A.\nOption B.\r\nDr.\n\nSmith",
+            ["Option A.", "Option B.", "Dr.", "Smith"],
+            ["\n", "\r\n", "\n\n", ""],
+        ),
         # every line break str.splitlines() knows ends a sentence, not only \n: a lone \r (old Mac files), \r\n,
         # NEL, U+2028, form feed, vertical tab
         ("Good night\rSee you\r", ["Good night", "See you"], ["\r", "\r"]),

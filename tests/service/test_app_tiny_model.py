@@ -215,6 +215,28 @@ async def test_what_the_vocabulary_cannot_spell_is_kept_as_written(tiny_translat
             assert out.count(run) == text.count(run), (text, out)
 
 
+async def test_words_with_letters_the_model_cannot_spell_and_long_runs_are_kept_whole(
+    default_translator: Translator,
+) -> None:
+    """The shipped model spells some letters of "Иван" or "Dvořák" but not others: the whole word is kept (widened
+    once per word, up to "_" as the glossary's whole-word match reads it), not its spelled letters with " ⁇ " for the
+    rest; a run longer than a glossary term may be (200 characters) is kept too."""
+    assert default_translator.unknown_runs("my_Иван_file and Ærøskøbing") == ["my_Иван_file", "Ærøskøbing"]
+    long_word = "aø" * 10_000  # one word of 20,000 unknown pieces: each widened once, not once per piece
+    assert default_translator.unknown_runs(long_word) == [long_word]
+    names = ["Иван", "Москва", "Ærøskøbing", "Łódź", "Dvořák"]
+    q = ["My friend Иван lives in Москва.", "The city of Ærøskøbing is nice.", "We visited Łódź and Dvořák."]
+    q.append("Hello " + "😀" * 300 + " world.")
+    async with serve(default_translator) as (client, _):
+        r = await client.post("/translate", json={"q": q, **EN_DE, "beam_size": 1})
+    assert r.status_code == 200, r.text
+    out = r.json()["translatedText"]
+    assert all("⁇" not in text for text in out), out
+    for name in names:
+        assert sum(text.count(name) for text in out) == 1, (name, out)
+    assert out[3].count("😀") == 300
+
+
 async def test_a_file_sentence_is_cut_to_fit_with_the_placeholders_of_what_the_model_cannot_spell(
     default_translator: Translator,
 ) -> None:

@@ -241,6 +241,24 @@ def test_oversized_headers_get_431_and_the_connection_is_closed(parser: str) -> 
             assert read_response(ok).startswith(b"HTTP/1.1 200 ")
 
 
+@pytest.mark.parametrize("parser", PARSERS)
+def test_the_rest_of_a_body_answered_early_is_not_counted_as_headers(parser: str) -> None:
+    """A body over max_body_bytes is answered 413 before it is all sent; what the client still sends is body, not
+    the next request's headers: no second, unasked-for 431."""
+    head = (
+        b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n"
+    )
+    with serving(FakeTranslator(), parser=parser, max_body_bytes=1000, request_read_timeout_s=1) as (_, port, _):
+        conn = connect(port)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.sendall(head + b"x" * 2000)
+            time.sleep(0.2)  # the 413 is on its way
+            for _ in range(10):
+                conn.sendall(b"x" * 20_000)
+        data, _ = read_until_closed(conn)
+    assert data.startswith(b"HTTP/1.1 413 ") and data.count(b"HTTP/1.1 ") == 1, data[:300]
+
+
 def test_serve_runs_on_uvloop_and_httptools() -> None:
     """serve leaves uvicorn its automatic choices, which pick the C event loop and HTTP parser transduce depends on
     (about a fifth less event-loop CPU per request than asyncio's loop and h11: README, Benchmarks)."""

@@ -48,7 +48,7 @@ def _holds(body: str, end: int) -> bool:
     if word is None:
         return False
     w = word.group(1)
-    if w in TITLES or (len(w) == 1 and w.isupper()):
+    if w in TITLES or (len(w) == 1 and w.isupper() and w != "I"):  # "So did I. Then ..." ends there
         return True
     return w in NUMBER_PREFIXES and body[end:].lstrip()[:1].isdigit()
 
@@ -72,7 +72,8 @@ def segment(text: str) -> Segmented:
 
     start = 0
     for match in _BOUNDARY.finditer(body):
-        if body[match.start() - 1 : match.start()] == "." and _holds(body, match.start()):
+        broken = any(c in LINE_BREAKS for c in match.group())  # a line break always ends a sentence
+        if not broken and body[match.start() - 1 : match.start()] == "." and _holds(body, match.start()):
             continue  # "Dr. Smith", "J. R. R. Tolkien", "No. 5": one sentence
         sep_start = match.start()
         # keep closing quotes/brackets with the sentence, only whitespace goes to the separator

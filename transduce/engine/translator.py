@@ -183,7 +183,8 @@ class Translator:
         on_result: OnResult | None = None,
     ) -> list[TranslationResult]:
         """Translate sentences of ``source_lang`` into ``target_lang``; blank input gives "" and input without a letter
-        (``has_letters``: "123", "---", control characters) itself, without decoding.
+        (``has_letters``: "123", "---", control characters) itself without its surrounding whitespace, both without
+        decoding.
 
         ``on_result(i, result)`` is called (on this thread) as soon as input ``i`` is translated, while the rest of
         its batch may still decode; the returned list holds every result all the same."""

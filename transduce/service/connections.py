@@ -125,6 +125,15 @@ class GuardedConnection(asyncio.Protocol):
         cycle = getattr(self.inner, "cycle", None)
         return cycle is None or bool(getattr(cycle, "response_complete", True))
 
+    @property
+    def _awaiting_headers(self) -> bool:
+        """Whether the bytes arriving now are (the start of) a request's headers: no request yet, or the last one's
+        response and body both complete."""
+        cycle = getattr(self.inner, "cycle", None)
+        return cycle is None or (
+            bool(getattr(cycle, "response_complete", True)) and not bool(getattr(cycle, "more_body", False))
+        )
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream transport (uvloop's are not subclasses)
         if not self.guard.admit(self):
@@ -143,7 +152,8 @@ class GuardedConnection(asyncio.Protocol):
             self._header_bytes = 0
             self._disarm()  # headers complete: the app reads the body under its own deadline
             return
-        self._header_bytes += len(data)  # the parser still waits for the end of the headers
+        if self._awaiting_headers:  # not the rest of a body answered early (a 413 before it was all sent)
+            self._header_bytes += len(data)
         if self._header_bytes > MAX_HEADER_BYTES and self.transport is not None:
             log.warning(
                 "closed a connection sending over %d bytes of request headers (431)",

@@ -235,12 +235,13 @@ class TranslationPipeline:
         )
         keys = [(source, job.target, options, text) for source, text, _ in flat]
         results: list[TranslationResult | None] = []
+        lookups = 0
         for (source, text, _), key in zip(flat, keys, strict=True):
             passed = source == job.target or not has_letters(text)  # nothing to translate: given back as it is
             results.append(TranslationResult(hypotheses=[text], tokens=[]) if passed else self.cache.get(key))
+            lookups += not passed
         missing = [i for i, r in enumerate(results) if r is None]
         if self.cache.size:
-            lookups = sum(1 for source, _, _ in flat if source != job.target)
             self.metrics.cache_hits.inc(lookups - len(missing))
             self.metrics.cache_misses.inc(len(missing))
         timed = await self._submit(job.target, [flat[i][:2] for i in missing], options, started) if missing else []
