@@ -86,6 +86,9 @@ class Tokenizer:
         "Dvořák"), so the word is kept whole instead of losing its unknown letters; symbols (emoji) are not widened,
         so "Hi👋" keeps "👋" and translates "Hi"."""
         unk = self.unk_id
+        unknown = [p for p in self.sp.encode(text, out_type="proto").pieces if p.id == unk and p.surface.strip()]
+        if not unknown:
+            return []
         data = text.encode("utf-8")
         char_at = [0] * (len(data) + 1)  # byte offset -> character offset (SentencePiece counts bytes)
         at = 0
@@ -95,9 +98,7 @@ class Tokenizer:
                 at += 1
         char_at[at] = len(text)
         runs, covered = [], 0  # covered: where the last widened word ended (each word is widened once)
-        for piece in self.sp.encode(text, out_type="proto").pieces:
-            if piece.id != unk or not piece.surface.strip():
-                continue
+        for piece in unknown:
             start, end = char_at[piece.begin], char_at[piece.end]
             if start < covered:
                 continue
