@@ -9,8 +9,6 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from transduce.engine.text import has_letters
-
 
 class Tokenizer:
     """Joint SentencePiece vocabulary; special ids come from the SentencePiece model, never from constants."""
@@ -102,7 +100,7 @@ class Tokenizer:
             start, end = char_at[piece.begin], char_at[piece.end]
             if start < covered:
                 continue
-            if has_letters(text[start:end]):  # part of a word: keep the whole word
+            if any(c.isalpha() for c in text[start:end]):  # part of a word: keep the whole word
                 while start > covered and _in_word(text[start - 1]):
                     start -= 1
                 while end < len(text) and _in_word(text[end]):
