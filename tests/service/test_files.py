@@ -185,6 +185,18 @@ async def test_form_errors_api_keys_and_languages() -> None:
         assert r.status_code == 422 and "has no boundary" in r.json()["error"], r.text
         r = await upload(client, "a.txt", b"Hi.", api_key="secret", target="fr")
         assert r.status_code == 400 and "en->fr is not supported" in r.json()["error"]
+        fields = b"".join(
+            b'--XYZ\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n' % pair
+            for pair in ((b"source", b"en"), (b"target", b"de"), (b"api_key", b"secret"))
+        )
+        whole = fields + b'--XYZ\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nHello.\r\n'
+        quoted = {"content-type": 'multipart/form-data; boundary="XYZ"'}
+        r = await client.post("/translate_file", content=whole + b"--XYZ--\r\n", headers=quoted)
+        assert r.status_code == 200, r.text
+        r = await client.post("/translate_file", content=whole[:-10], headers=quoted)  # cut off inside the file
+        assert r.status_code == 422 and r.json() == {
+            "error": "the multipart body ends before its closing boundary: it was cut short, send it whole"
+        }, r.text
 
 
 async def test_translated_files_expire_and_unknown_ones_are_404(tmp_path: Path) -> None:

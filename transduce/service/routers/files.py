@@ -48,6 +48,7 @@ from transduce.service.validation import (
 
 router = APIRouter(tags=["files"])
 FORM_ALLOWANCE = 16_384  # bytes of an upload beside the file: multipart boundaries, part headers, the other fields
+TAIL_BYTES = 512  # the end of an upload kept to find its closing boundary (a boundary has at most 70 characters)
 DETECT_WINDOWS = 3  # under source=auto, the first this many MAX_DETECT_CHARS windows of the file's text vote
 # a translated file is served from this origin: never sniffed into something else, never run (an uploaded HTML
 # file keeps its <script> verbatim)
@@ -171,11 +172,11 @@ async def source_language(document: Document, source: str, target: str, state: A
     return DetectedLanguage(language=language, confidence=round(sum(votes[language]) / len(windows), 1))
 
 
-def _bounded(request: Request, settings: Settings) -> Receive:
+def _bounded(request: Request, settings: Settings, tail: bytearray) -> Receive:
     """The request's ``receive``, counting the body: 413 once it is over max_file_bytes + FORM_ALLOWANCE (as its
     Content-Length declares it, before anything is read, so an honest client is told before it sends the file rather
     than cut off while sending it; else as it arrives), 408 when it has not all arrived ``request_read_timeout_s``
-    after the first read."""
+    after the first read. ``tail`` keeps the body's last bytes (where its closing boundary is)."""
     limit, timeout_s = settings.max_file_bytes + FORM_ALLOWANCE, settings.request_read_timeout_s
     length = request.headers.get("content-length", "")
     declared = int(length[:19]) if length.isdigit() else 0  # 19 digits of a longer one are already far too many
@@ -204,6 +205,8 @@ def _bounded(request: Request, settings: Settings) -> Receive:
         if message["type"] == "http.request":
             received += len(message.get("body", b""))
             check()
+            tail.extend(message.get("body", b""))
+            del tail[:-TAIL_BYTES]
         return message
 
     return bounded
@@ -211,14 +214,30 @@ def _bounded(request: Request, settings: Settings) -> Receive:
 
 async def _read_form(request: Request, settings: Settings) -> FormData:
     """The multipart form, read within the upload limits (before anything of it is used)."""
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "multipart/form-data":
+    ctype = request.headers.get("content-type", "")
+    if ctype.split(";")[0].strip().lower() != "multipart/form-data":
         raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
+    tail = bytearray()
     try:
-        return await Request(request.scope, _bounded(request, settings)).form(max_files=1, max_fields=8)
+        form = await Request(request.scope, _bounded(request, settings, tail)).form(max_files=1, max_fields=8)
     except (ApiError, ClientDisconnect):
         raise
     except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
         raise ApiError(422, f"the multipart body cannot be read: {_form_problem(exc)}") from None
+    boundary = _boundary(ctype)
+    if boundary and b"--" + boundary + b"--" not in tail:  # the parser keeps what came before, silently
+        await form.close()
+        raise ApiError(422, "the multipart body ends before its closing boundary: it was cut short, send it whole")
+    return form
+
+
+def _boundary(content_type: str) -> bytes:
+    """The boundary a multipart Content-Type names (b"" when none)."""
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "boundary":
+            return value.strip().strip('"').encode("latin-1", "replace")
+    return b""
 
 
 def _form_problem(exc: Exception) -> str:
