@@ -66,8 +66,9 @@ class InputError(ValueError):
 
 
 def _lines(files: Sequence[str], stack: ExitStack) -> Iterator[SourceLine]:
-    """The input lines, split at \\n (a \\r\\n's \\r dropped, any other line break kept inside the line, where
-    the sentence splitter keeps it), each decoded as UTF-8 on its own: a line that is not is an InputError."""
+    """The input lines, split at \\n (a \\r\\n's \\r kept as the line's trailing whitespace, so CRLF input gives
+    CRLF output; any other line break kept inside the line, where the sentence splitter keeps it), each decoded as
+    UTF-8 on its own: a line that is not is an InputError."""
     streams: list[tuple[str, BinaryIO]] = [
         (f, stack.enter_context(open(f, "rb")))  # noqa: SIM115
         for f in files
@@ -79,7 +80,7 @@ def _lines(files: Sequence[str], stack: ExitStack) -> Iterator[SourceLine]:
             except UnicodeDecodeError as exc:
                 byte = f"byte 0x{raw[exc.start]:02x}, the line's byte {exc.start + 1}"
                 raise InputError(f"{name} line {number} is not UTF-8 text ({byte})") from None
-            yield SourceLine(name, number, text.removesuffix("\n").removesuffix("\r"))
+            yield SourceLine(name, number, text.removesuffix("\n"))  # a \r\n's \r stays: trailing space kept
 
 
 def _chunks(lines: Iterable[SourceLine], n: int) -> Iterator[list[SourceLine]]:

@@ -188,7 +188,8 @@ def test_translate_names_the_line_that_is_not_utf8(tiny_model_dir: Path, tmp_pat
         result.stderr.decode() == "transduce translate: stdin line 1 is not UTF-8 text (byte 0x85, the line's byte 2)\n"
     )
     crlf = subprocess.run(translate, input=b"Hello.\r\nHi\rthere.\n", capture_output=True, timeout=300)
-    assert crlf.returncode == 0 and crlf.stdout.count(b"\n") == 2 and crlf.stdout.count(b"\r") == 1  # a lone \r kept
+    assert crlf.returncode == 0 and crlf.stdout.count(b"\n") == 2 and crlf.stdout.count(b"\r") == 2  # CRLF, lone \r
+    assert crlf.stdout.split(b"\n")[0].endswith(b"\r") and crlf.stdout.endswith(b"\n")
 
 
 def test_export_cli(tiny_checkpoint: Path, tmp_path: Path) -> None:
