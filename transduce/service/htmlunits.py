@@ -16,7 +16,8 @@ ahead of its end tag, a lost end tag after the first word behind its start tag, 
 text when the translation kept it verbatim — a name, a number, a file — else around the words its source span maps
 onto, never empty; a lost atom after the word nearest where it maps; a swapped pair is swapped back); then the tree is
 rebuilt from the original elements, each placed once, nested as in the source and never overlapping a sibling. A
-translation with placeholders (or their junk) and no word, for a sentence with words, is replaced by the sentence as
+translation with placeholders (or their junk) and no word, for a sentence with words, is translated once more without
+the placeholders by the service (``plain_retry``); should it still reach ``render``, it is replaced by the sentence as
 sent: kept untranslated, its markup exactly in place, rather than lost. So the
 result is always well-formed HTML holding every original tag exactly once. The model's text is escaped.
 
