@@ -17,7 +17,7 @@ import httpx
 import pytest
 from starlette.types import Message, Scope
 
-from tests.service.harness import FakeTranslator, Gate, fake_translation, serve
+from tests.service.harness import FakeTranslator, Gate, IsolatedSettings, fake_translation, serve
 from transduce.service.documents import read_document
 
 pytestmark = pytest.mark.anyio
@@ -197,6 +197,22 @@ async def test_form_errors_api_keys_and_languages() -> None:
         assert r.status_code == 422 and r.json() == {
             "error": "the multipart body ends before its closing boundary: it was cut short, send it whole"
         }, r.text
+
+
+async def test_the_download_url_uses_public_url_when_set_not_the_host_header() -> None:
+    async with serve() as (client, _):
+        r = await client.post(
+            "/translate_file", data=EN_DE, files={"file": ("a.txt", b"Hi.")}, headers={"Host": "evil.example"}
+        )
+        assert r.json()["translatedFileUrl"].startswith("http://evil.example/download_file/")  # no setting: as asked
+    async with serve(public_url="https://mt.example.com/api/") as (client, _):
+        r = await client.post(
+            "/translate_file", data=EN_DE, files={"file": ("a.txt", b"Hi.")}, headers={"Host": "evil.example"}
+        )
+        url = r.json()["translatedFileUrl"]
+        assert url.startswith("https://mt.example.com/api/download_file/"), url
+    with pytest.raises(ValueError, match="public_url must be an http:// or https:// address"):
+        IsolatedSettings(public_url="mt.example.com")
 
 
 async def test_translated_files_expire_and_unknown_ones_are_404(tmp_path: Path) -> None:

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     )
     file_ttl_s: float = Field(600.0, description="seconds a translated file can be downloaded before it is deleted")
     files_dir: str | None = Field(None, description="where translated files wait (default: the system's temp dir)")
+    public_url: str = Field(
+        "",
+        description="the server's address as clients reach it (behind a proxy: https://translate.example.com/mt), "
+        "used in translatedFileUrl; empty = the address the request came to",
+    )
     cors_origins: str = Field(
         "", description="comma-separated origins allowed to call the API from a browser (* = any); empty = CORS off"
     )
@@ -113,6 +118,14 @@ class Settings(BaseSettings):
     log_throttle_s: float = Field(
         10.0, description="a repeated resource error (e.g. too many open files) is logged at most once per this long"
     )
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        url = value.strip().rstrip("/")
+        if url and (not url.startswith(("http://", "https://")) or "?" in url or "#" in url or " " in url):
+            raise ValueError("public_url must be an http:// or https:// address with no query, e.g. https://mt.example")
+        return url
 
     @field_validator("device")
     @classmethod

@@ -294,7 +294,8 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     state.window.add_request(timing)
     path = PurePath(name)
     file_id, stored = await asyncio.to_thread(state.files.save, f"{path.stem}.{target}{path.suffix}", translated)
-    url = f"{str(request.base_url).rstrip('/')}/download_file/{file_id}/{quote(stored)}"
+    base = settings.public_url or str(request.base_url).rstrip("/")  # not the Host header, when it is set
+    url = f"{base}/download_file/{file_id}/{quote(stored)}"
     return FileTranslation(translatedFileUrl=url, detectedLanguage=detected)
 
 
