@@ -20,6 +20,7 @@ from transduce.engine.runner import CPU, CUDA, DecoderRunner, OrtSessions
 from transduce.engine.shortlist import Shortlist, ShortlistConfig, load_table
 
 log = logging.getLogger("transduce.engine")
+_SAID: set[str] = set()  # what choose_providers already logged
 
 
 def choose_providers(device: str) -> list[str]:
@@ -38,7 +39,9 @@ def choose_providers(device: str) -> list[str]:
         missing = [line for line in captured.getvalue().splitlines() if line.startswith("Failed to load")]
         if not missing or device == "cuda":
             return [CUDA, CPU]
-        log.info("CUDA libraries not found (%s); using the CPU", missing[0])
+        if missing[0] not in _SAID:  # once per process, not once per engine replica
+            _SAID.add(missing[0])
+            log.info("CUDA libraries not found (%s); using the CPU", missing[0])
         return [CPU]
     if device == "cuda":
         raise ModelLoadError("device='cuda' was requested but this onnxruntime has no CUDA execution provider")
