@@ -240,6 +240,24 @@ def test_cuda_request_without_cuda_falls_back_or_fails_strictly(tiny_model_dir: 
             Translator(tiny_model_dir, device="cuda", strict_device=True)
 
 
+def test_missing_cuda_libraries_are_logged_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """onnxruntime-gpu without the CUDA libraries: the CPU, said once however often providers are chosen."""
+    import onnxruntime as ort
+
+    from transduce.engine import session
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "preload_dlls", lambda: print("Failed to load libcudart.so.13 (a test)"), raising=False)
+    monkeypatch.setattr(session, "_SAID", set())
+    with caplog.at_level("INFO", logger="transduce.engine"):
+        assert [session.choose_providers("auto") for _ in range(3)] == [["CPUExecutionProvider"]] * 3
+    assert [r.getMessage() for r in caplog.records if "CUDA libraries" in r.getMessage()] == [
+        "CUDA libraries not found (Failed to load libcudart.so.13 (a test)); using the CPU"
+    ]
+
+
 def test_session_rejects_bad_device(tiny_model_dir: Path) -> None:
     from transduce.engine.manifest import load_manifest
     from transduce.engine.session import open_runner
