@@ -263,17 +263,21 @@ def test_serve_runs_on_uvloop_and_httptools() -> None:
     """serve leaves uvicorn its automatic choices, which pick the C event loop and HTTP parser transduce depends on
     (about a fifth less event-loop CPU per request than asyncio's loop and h11: README, Benchmarks)."""
     import uvloop
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.server import ServerState
 
     app = build_app(FakeTranslator())
     config = server_config(app, app.state.transduce.settings)
-    assert config.loop == "auto" and AutoHTTPProtocol is HttpToolsProtocol
+    config.load()
     factory = config.get_loop_factory()
     assert factory is not None
     loop = factory()
     try:
         assert isinstance(loop, uvloop.Loop)
+        # what serve runs for each connection: our guard around httptools' protocol
+        protocol: Any = config.http_protocol_class  # typed as asyncio.Protocol; uvicorn passes these
+        conn = protocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        assert isinstance(conn, GuardedConnection) and isinstance(conn.inner, HttpToolsProtocol)
     finally:
         loop.close()
 
