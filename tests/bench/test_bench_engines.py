@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,19 @@ ENGINES = (
 )
 
 
+def small_run(checkpoint: Path, tmp_path: Path, engines: tuple[str, ...], **options: Any) -> dict[str, Any]:
+    """``run`` on SENTENCES with one thread, working and writing under ``tmp_path``."""
+    return run(
+        checkpoint,
+        threads=(1,),
+        work=tmp_path / "work",
+        out_dir=tmp_path / "out",
+        engines=engines,
+        sentences=SENTENCES,
+        **options,
+    )
+
+
 def test_engines_bench_rows_and_fp32_agreement(tiny_checkpoint: Path, tmp_path: Path) -> None:
     # beside the checkpoint, a shortlist whose candidates are every piece: the shortlist rows (ours, and CTranslate2's
     # with it as a vocabulary map) must then decode exactly like the full vocabulary
@@ -50,17 +64,7 @@ def test_engines_bench_rows_and_fp32_agreement(tiny_checkpoint: Path, tmp_path: 
     tok = load_checkpoint(checkpoint).tokenizer()
     keys = [int(tok.tag_id(lang) or 0) for lang in ("de", "en")]
     table_of(tok.vocab_size, keys, list(range(tok.vocab_size))).save(checkpoint.parent / "shortlist.npz")
-    result = run(
-        checkpoint,
-        n=6,
-        n_batch1=2,
-        threads=(1,),
-        work=tmp_path / "work",
-        out_dir=tmp_path / "out",
-        engines=ENGINES,
-        fixed_length=7,
-        sentences=SENTENCES,
-    )
+    result = small_run(checkpoint, tmp_path, ENGINES, n=6, n_batch1=2, fixed_length=7)
     rows = {(r["engine"], r["beam"], r["batch"]): r for r in result["rows"]}
     assert set(rows) == {(e, beam, batch) for e in ENGINES for beam, batch in CONFIGS}
     for (engine, _, batch), row in rows.items():
@@ -94,18 +98,7 @@ def test_rounds_run_every_engine_in_turn_and_keep_each_ones_best(
     tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     engines = ("transduce-cpu-fp32-full", "ctranslate2-fp32")
-    result = run(
-        tiny_checkpoint,
-        n=4,
-        n_batch1=1,
-        threads=(1,),
-        work=tmp_path / "work",
-        out_dir=tmp_path / "out",
-        engines=engines,
-        fixed_length=5,
-        sentences=SENTENCES,
-        rounds=2,
-    )
+    result = small_run(tiny_checkpoint, tmp_path, engines, n=4, n_batch1=1, fixed_length=5, rounds=2)
     progress = [line for line in capsys.readouterr().err.splitlines() if "round" in line]
     # per config: round 1 of every engine, then round 2 of every engine, starting with the next one
     assert len(progress) == 2 * len(engines) * len(CONFIGS)

@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from python_multipart.multipart import parse_options_header
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import ClientDisconnect
 
@@ -80,13 +81,13 @@ def parse_json(body: bytes) -> Any:
         raise ApiError(422, "body is not valid JSON") from None
 
 
-def _charset(request: Request) -> str:
-    """The charset the Content-Type names (lower case), UTF-8 when it names none."""
-    for param in request.headers.get("content-type", "").split(";")[1:]:
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "charset":
-            return value.strip().strip('"').lower() or "utf-8"
-    return "utf-8"
+def content_type(request: Request) -> tuple[str, dict[str, str]]:
+    """The request's media type (lower case) and its parameters (``charset``, ``boundary``: quotes removed), read by
+    the multipart parser's own ``parse_options_header``."""
+    media, params = parse_options_header(request.headers.get("content-type", ""))
+    return media.decode("latin-1").lower(), {
+        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in params.items()
+    }
 
 
 def _decoded_pairs(raw: bytes, charset: str, what: str) -> list[tuple[str, str | UploadFile]]:
@@ -104,8 +105,10 @@ def _decoded_pairs(raw: bytes, charset: str, what: str) -> list[tuple[str, str |
 async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
     """A form body's fields. A urlencoded one is read here, as UTF-8 unless its Content-Type names another charset
     (Starlette's parser reads raw bytes as Latin-1, garbling `curl -d 'q=schöne Grüße'`); multipart by Starlette."""
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() == FORM_TYPES[0]:
-        return _form_fields(FormData(_decoded_pairs(body, _charset(request), "form body")))
+    media, params = content_type(request)
+    if media == FORM_TYPES[0]:
+        charset = params.get("charset", "").lower() or "utf-8"
+        return _form_fields(FormData(_decoded_pairs(body, charset, "form body")))
 
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -187,7 +190,7 @@ def _check_content_encoding(request: Request) -> None:
 async def read_body_as(request: Request, settings: Settings, model: type[M], fields: str) -> M:
     """Parse a JSON or form body into ``model`` (``fields`` names what the body must hold, for the message); every
     failure is a 4xx in our own words (415 content type or encoding, 408/413 body, 422 shape)."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    ctype = content_type(request)[0]
     json_body = ctype == "application/json" or ctype.endswith("+json")
     unsupported = ApiError(
         415,

@@ -34,6 +34,7 @@ from transduce.service.documents import MEDIA_TYPES, Document, read_document, to
 from transduce.service.errors import ApiError
 from transduce.service.glossary import mask_text
 from transduce.service.observability import RequestTiming
+from transduce.service.request_body import content_type
 from transduce.service.routers.translate import until_disconnect
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest
 from transduce.service.state import AppState
@@ -214,8 +215,8 @@ def _bounded(request: Request, settings: Settings, tail: bytearray) -> Receive:
 
 async def _read_form(request: Request, settings: Settings) -> FormData:
     """The multipart form, read within the upload limits (before anything of it is used)."""
-    ctype = request.headers.get("content-type", "")
-    if ctype.split(";")[0].strip().lower() != "multipart/form-data":
+    media, params = content_type(request)
+    if media != "multipart/form-data":
         raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
     tail = bytearray()
     try:
@@ -224,20 +225,11 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
         raise
     except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
         raise ApiError(422, f"the multipart body cannot be read: {_form_problem(exc)}") from None
-    boundary = _boundary(ctype)
+    boundary = params.get("boundary", "").encode("latin-1")
     if boundary and b"--" + boundary + b"--" not in tail:  # the parser keeps what came before, silently
         await form.close()
         raise ApiError(422, "the multipart body ends before its closing boundary: it was cut short, send it whole")
     return form
-
-
-def _boundary(content_type: str) -> bytes:
-    """The boundary a multipart Content-Type names (b"" when none)."""
-    for param in content_type.split(";")[1:]:
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "boundary":
-            return value.strip().strip('"').encode("latin-1", "replace")
-    return b""
 
 
 def _form_problem(exc: Exception) -> str:
