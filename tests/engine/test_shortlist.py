@@ -222,6 +222,7 @@ def test_int8_quantisation_keeps_the_shortlist_quantised(shortlist_model_dir: Pa
 
     manifest = quantize_model_dir(shortlist_model_dir, tmp_path / "int8")
     assert manifest["shortlist_decoder"] == "decoder_shortlist.onnx" and "shortlist.npz" in manifest["checksums"]
+    assert "decoder_shortlist.onnx.data" in manifest["checksums"]  # its weights, stored apart
     graph = onnx.load(str(tmp_path / "int8" / "decoder_shortlist.onnx")).graph
     ops = [n.op_type for n in graph.node]
     L = manifest["dims"]["n_decoder_layers"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from transduce.engine import io_names as names
+from transduce.engine.errors import ModelLoadError
 from transduce.engine.manifest import is_stale, load_manifest
 from transduce.export.onnx_export import ExportConfig, export_model
 from transduce.export.verify import _compare
@@ -27,6 +28,29 @@ def test_model_directory_contents(tiny_model_dir: Path) -> None:
     assert {c["case"] for c in verification["cases"]} >= {"random batch 1", "real batch 5 (padded)"}
     loaded = load_manifest(tiny_model_dir)
     assert loaded.n_layers == 2 and loaded.languages == ("de", "en")
+
+
+def test_weights_lie_in_checksummed_files_beside_their_graphs(tiny_model_dir: Path, tmp_path: Path) -> None:
+    checksums = json.loads((tiny_model_dir / "manifest.json").read_text())["checksums"]
+    for graph in ("encoder.onnx", "decoder.onnx", "decoder_cpu.onnx"):
+        weights = tiny_model_dir / f"{graph}.data"
+        assert weights.name in checksums and graph in checksums
+        # readable by whoever may read the graph (onnx writes the file 0600: a container's serving user could not)
+        assert weights.stat().st_mode & 0o777 == (tiny_model_dir / graph).stat().st_mode & 0o777
+        proto = onnx.load(str(tiny_model_dir / graph), load_external_data=False)
+        stored = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+        assert stored and all(t.external_data[0].value == weights.name for t in stored)  # location, in the one file
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in tiny_model_dir.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    data = (copy / "decoder_cpu.onnx.data").read_bytes()
+    (copy / "decoder_cpu.onnx.data").write_bytes(data[:-4] + bytes(4))  # one weight changed: refused, not served
+    with pytest.raises(ModelLoadError, match=r"decoder_cpu\.onnx\.data does not match the checksum"):
+        load_manifest(copy)
+    (copy / "decoder_cpu.onnx.data").unlink()
+    with pytest.raises(ModelLoadError, match=r"decoder_cpu\.onnx\.data named in .* is missing"):
+        load_manifest(copy)
 
 
 def test_graph_io_names_and_dynamic_axes(tiny_model_dir: Path) -> None:

@@ -125,6 +125,17 @@ def test_int8_quantises_every_weight_matrix_of_the_decoder(tiny_model_dir: Path,
     assert ops.count("MatMulInteger") == 6 * L + 1 and "Gemm" not in ops
     assert ops.count("MultiHeadAttention") == L  # fused self-attention, left in float32
     assert not (tmp_path / "int8" / "decoder_cpu.onnx").exists()
+    assert not (tmp_path / "int8" / "decoder_cpu.onnx.data").exists()
+    # the int8 weights replace the float32 ones copied from the export: a quarter of their bytes, and checksummed
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        int8, fp32 = (
+            (tmp_path / "int8" / f"{graph}.data").stat().st_size,
+            (tiny_model_dir / f"{graph}.data").stat().st_size,
+        )
+        assert int8 < 0.6 * fp32, graph
+    checksums = json.loads((tmp_path / "int8" / "manifest.json").read_text())["checksums"]
+    assert {"encoder.onnx.data", "decoder.onnx.data"} <= set(checksums)
+    assert set(checksums) <= {f.name for f in (tmp_path / "int8").iterdir()}
 
 
 def test_an_int8_export_runs_on_the_cpu_when_the_device_is_auto(

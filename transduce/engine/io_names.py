@@ -13,6 +13,13 @@ CPU_DECODER_FILE = "decoder_cpu.onnx"
 GATHER_FILE = "gather.onnx"  # device-side cache reorder, used by the IO-binding (CUDA) runner
 TOKENIZER_FILE = "tokenizer.model"
 
+
+def weights_file(graph: str) -> str:
+    """The file beside an ONNX graph file that holds its weights (``encoder.onnx`` -> ``encoder.onnx.data``; exports
+    before revision 6 kept them inside the graph file)."""
+    return graph + ".data"
+
+
 # encoder.onnx
 ENC_INPUT_IDS = "input_ids"  # (batch, src_len) int64
 ENC_ATTENTION_MASK = "attention_mask"  # (batch, src_len) int64, 1 = token, 0 = padding

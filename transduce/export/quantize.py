@@ -9,7 +9,7 @@ from typing import Any
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import sha256_file
-from transduce.export.files import replacing_dir
+from transduce.export.files import replacing_dir, store_weights_apart
 
 
 def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -33,8 +33,9 @@ def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any
         manifest = json.loads((work / names.MANIFEST_FILE).read_text())
         cpu_decoder = manifest.pop("cpu_decoder", None)
         if isinstance(cpu_decoder, str):
-            (work / cpu_decoder).unlink(missing_ok=True)
-            manifest.get("checksums", {}).pop(cpu_decoder, None)
+            for file in (cpu_decoder, names.weights_file(cpu_decoder)):
+                (work / file).unlink(missing_ok=True)
+                manifest.get("checksums", {}).pop(file, None)
         sources = {names.ENCODER_FILE: src / names.ENCODER_FILE}
         sources[names.DECODER_FILE] = src / (cpu_decoder if isinstance(cpu_decoder, str) else names.DECODER_FILE)
         # the shortlist decoder too: with it int8 is as fast as without and translates as well as float32 does
@@ -49,6 +50,7 @@ def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any
                 op_types_to_quantize=["MatMul"],  # those with a weight: attention's MatMuls of two activations stay
                 extra_options={"DefaultTensorType": TensorProto.FLOAT},  # for outputs of onnxruntime's own operators
             )
+            store_weights_apart(work / graph)  # replaces the float32 weights file copied from src
         manifest["dtype"] = "int8-dynamic"
         manifest["model_name"] = manifest["model_name"] + "-int8"
         manifest["checksums"] = {f: sha256_file(work / f) for f in manifest.get("checksums", {})}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from transduce.engine.errors import ModelLoadError
+from transduce.engine.io_names import weights_file
 from transduce.engine.translator import count_source_tokens
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.pipeline import TranslationPipeline
@@ -41,13 +42,15 @@ def give_memory_back() -> None:
 
 
 def graphs_bytes(spec: ModelSpec) -> int:
-    """The size of a model's encoder and decoder graphs (the floor of what loading it costs)."""
+    """The size of a model's encoder and decoder graphs and their weights files (the floor of what loading costs)."""
     if spec.manifest is None:
         return 0
     total = 0
     for key in ("encoder", "decoder"):
-        with contextlib.suppress(OSError):
-            total += spec.manifest.path(key).stat().st_size
+        graph = spec.manifest.path(key)
+        for file in (graph, graph.with_name(weights_file(graph.name))):
+            with contextlib.suppress(OSError):
+                total += file.stat().st_size
     return total
 
 
