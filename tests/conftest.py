@@ -33,6 +33,20 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_shared_thread_pool() -> Iterator[None]:
+    """Engines the tests open in this process (the service's, the command line's) keep pools of their own: once
+    onnxruntime's process-wide pool is made it refuses every session with a pool of its own, which the tests' plain
+    sessions have. The shared pool is tested in subprocesses (tests/engine/test_translator.py)."""
+    from transduce.engine import session
+
+    real, session.PROCESS_POOL = session.PROCESS_POOL, session.SharedPool(None)
+    try:
+        yield
+    finally:
+        session.PROCESS_POOL = real
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """One PyTorch thread for a module's tiny models: a busy 2-core machine runs them many times slower with two."""

@@ -121,7 +121,7 @@ def _local_run(args: argparse.Namespace, lines: Iterator[SourceLine], write: Wri
     from transduce.engine.translator import Translator
     from transduce.shipped import resolve_model_dir
 
-    translator = Translator(resolve_model_dir(args.model), device=args.device)
+    translator = Translator(resolve_model_dir(args.model), device=args.device, shared_pool=True)
     translator.check_pair(args.source, args.target)
     options = DecodeOptions(beam_size=args.beam_size, chunk_size=args.batch_size)
     for chunk in _chunks(lines, args.batch_size * 2):

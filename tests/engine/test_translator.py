@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -266,13 +268,58 @@ def test_session_rejects_bad_device(tiny_model_dir: Path) -> None:
         open_runner(load_manifest(tiny_model_dir), device="tpu")
 
 
-def test_only_the_decoder_pool_spins(tiny_model_dir: Path) -> None:
-    """The encoder runs once per batch: its idle threads must sleep, not spin against the decoder's steps."""
-    model = Translator(tiny_model_dir, device="cpu", intra_threads=2).runner.sessions
-    key = "session.intra_op.allow_spinning"
-    assert model.encoder.get_session_options().get_session_config_entry(key) == "0"
-    assert model.decoder.get_session_options().get_session_config_entry(key) == "1"
-    assert model.decoder.get_session_options().intra_op_num_threads == 2
+def test_the_shared_pool_is_made_once_and_then_runs_every_session() -> None:
+    from transduce.engine.session import SharedPool, session_options
+
+    made: list[int] = []
+    pool = SharedPool(made.append)
+    own = session_options(2, 1, spin=False, pool=pool)  # before it is made: a pool of its own, asleep between runs
+    assert own.use_per_session_threads is True and own.intra_op_num_threads == 2
+    assert own.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    pool.make(2)
+    pool.make(1)
+    assert made == [2]  # onnxruntime makes it once per process
+    for threads in (2, 1):  # then every session runs on it (onnxruntime refuses pools of their own)
+        assert session_options(threads, 1, spin=False, pool=pool).use_per_session_threads is False
+
+    def refused(threads: int) -> None:
+        raise RuntimeError("Global thread pools have already been created, cannot replace them")
+
+    elsewhere = SharedPool(refused)  # made by something else in the process, of a size we cannot know
+    elsewhere.make(2)
+    assert session_options(2, 1, pool=elsewhere).use_per_session_threads is False
+    never = SharedPool(None)  # the test suite's: engines keep pools of their own
+    never.make(2)
+    assert session_options(2, 1, pool=never).use_per_session_threads is True
+
+
+def test_engines_opened_after_the_shared_pool_run_on_it(tiny_model_dir: Path) -> None:
+    """In a fresh process, as the service and the command line open engines: an engine opened before the pool has
+    pools of its own (the encoder's asleep between runs, not spinning against the decoder's steps); the first that
+    asks makes the shared pool, and every engine opened after it runs on it; all translate the same."""
+    script = f"""
+import json
+from transduce.engine.options import DecodeOptions
+from transduce.engine.translator import Translator
+model, key = {str(tiny_model_dir)!r}, "session.intra_op.allow_spinning"
+engines = [Translator(model, device="cpu", intra_threads=1)]
+engines.append(Translator(model, device="cpu", intra_threads=2, shared_pool=True))
+engines.append(Translator(model, device="cpu", intra_threads=1))
+out = []
+for t in engines:
+    enc, dec = (s.get_session_options() for s in (t.runner.sessions.encoder, t.runner.sessions.decoder))
+    tokens = t.translate_batch([[5, 6, 7, 8, 9, 10]], options=DecodeOptions(beam_size=2))[0].tokens
+    spin = enc.get_session_config_entry(key) if enc.use_per_session_threads else None
+    out.append([enc.use_per_session_threads, dec.use_per_session_threads, spin, tokens])
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ignored when using a global thread pool" not in done.stderr  # no onnxruntime warning per session
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [row[:2] for row in out] == [[True, True], [False, False], [False, False]]
+    assert out[0][2] == "0"
+    assert out[0][3] == out[1][3] == out[2][3]
 
 
 def test_replicas_decode_side_by_side_with_the_same_outputs(tiny_model_dir: Path) -> None:

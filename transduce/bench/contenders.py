@@ -80,6 +80,7 @@ def run_transduce(job: Job) -> Outcome:
         intra_threads=job.threads,
         strict_device=True,
         shortlist=not job.engine.endswith(FULL_VOCABULARY),
+        shared_pool=True,  # as the service and the command line run
     )
     L = job.fixed_length
 

@@ -191,7 +191,7 @@ def offline_throughput(model_dir: str, sentences: list[str], beam: int, threads:
     from transduce.engine.options import DecodeOptions
     from transduce.engine.translator import Translator
 
-    translator = Translator(model_dir, device="auto", intra_threads=threads)
+    translator = Translator(model_dir, device="auto", intra_threads=threads, shared_pool=True)
     translator.translate(sentences[:4], source_lang="en", target_lang="de")
     started = time.perf_counter()
     translator.translate(sentences, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam))

@@ -7,6 +7,8 @@ import io
 import logging
 import math
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import onnxruntime as ort
@@ -72,18 +74,79 @@ def _cgroup_quota(root: Path) -> float | None:
     return None
 
 
-def session_options(intra_threads: int, inter_threads: int, *, spin: bool = True) -> ort.SessionOptions:
-    """Full graph optimisation, thread pools sized to the cores this process may use.
+class SharedPool:
+    """The process's one intra-op thread pool: once made, every onnxruntime session of the process runs on it.
 
-    ``spin=False`` is for a session that runs once per batch (the encoder): each session has its own pool, and an idle
-    pool's threads spin for a while after every run, which steals the cores the decoder steps right after it need
-    (measured with ``transduce bench engines``: greedy decoding at batch 1 ran at less than half speed)."""
+    Each session otherwise has a pool of its own. The encoder's then spun against the decoder's steps for the cores
+    both want, so it had to sleep between runs (slow to wake: 0.95 ms per batch-1 sentence on 2 threads against
+    0.65 ms spinning), and each model and replica brought threads of its own. On one shared pool the threads the
+    encoder spins are the decoder's: the engine alone decoded 1.10x faster at batch 1, 1.07x greedy and 1.04x at
+    beam 4 at batch 32 on 2 threads, with identical outputs (README, lever table).
+
+    onnxruntime makes it once per process and then refuses sessions with pools of their own, so it is opt-in
+    (``Translator(..., shared_pool=True)``, which the service, the command line and the benches ask for): the first
+    engine that asks sizes it, and every session opened after it runs on it, whatever thread count it asks for."""
+
+    def __init__(self, make: Callable[[int], None] | None) -> None:
+        self._make = make  # None: never made (the test suite's in-process engines; onnxruntime cannot undo one)
+        self._lock = threading.Lock()
+        self.size: int | None = None  # None: not made; 0: onnxruntime refused (made elsewhere in this process)
+        self._said: set[int] = set()
+
+    def make(self, threads: int) -> None:
+        """Make the pool with ``threads`` threads, unless this process already has one."""
+        with self._lock:
+            if self.size is None and self._make is not None:
+                try:
+                    self._make(threads)
+                    self.size = threads
+                except Exception as exc:  # noqa: BLE001 - onnxruntime's Fail: something else in the process made them
+                    log.warning("onnxruntime's shared thread pool was made outside transduce: %s", exc)
+                    self.size = 0
+
+    def runs(self, threads: int) -> bool:
+        """Whether a session asking for ``threads`` threads runs on the shared pool (once made, every one does)."""
+        with self._lock:
+            if self.size is None:
+                return False
+            if self.size and threads != self.size and threads not in self._said:
+                self._said.add(threads)
+                log.info(
+                    "an engine asked for %d threads: it runs on the process's shared pool of %d", threads, self.size
+                )
+            return True
+
+
+def _make_global_pool(threads: int) -> None:
+    """onnxruntime's global intra-op pool of ``threads`` (and a one-thread inter-op pool: runs are sequential)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as capi
+
+    capi.set_global_thread_pool_sizes(threads, 1)
+
+
+PROCESS_POOL = SharedPool(_make_global_pool)
+
+
+def session_options(
+    intra_threads: int, inter_threads: int, *, spin: bool = True, pool: SharedPool | None = None
+) -> ort.SessionOptions:
+    """Full graph optimisation, on the process's shared thread pool once it is made (``SharedPool``), else on a pool
+    of the session's own sized to the cores this process may use (``pool``: another pool than the process's).
+
+    ``spin=False`` is for a session with a pool of its own that runs once per batch (the encoder): an idle pool's
+    threads spin for a while after every run, which steals the cores the decoder steps right after it need
+    (measured with ``transduce bench engines``: greedy decoding at batch 1 ran at less than half speed). The shared
+    pool always spins: its threads are the decoder's."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = intra_threads if intra_threads > 0 else usable_cores()
-    opts.inter_op_num_threads = max(1, inter_threads)
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
+    threads = intra_threads if intra_threads > 0 else usable_cores()
+    if (pool or PROCESS_POOL).runs(threads):
+        opts.use_per_session_threads = False  # thread counts left unset: onnxruntime warns that they are ignored
+        return opts
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = max(1, inter_threads)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     return opts
 
@@ -98,6 +161,7 @@ def open_runner(
     shortlist: bool = True,
     shortlist_config: ShortlistConfig | None = None,
     loaded_shortlist: Shortlist | None = None,
+    shared_pool: bool = False,
 ) -> DecoderRunner:
     """Open the encoder and decoder sessions on ``device``; an IO-binding runner on CUDA, a numpy runner on CPU.
 
@@ -106,11 +170,14 @@ def open_runner(
 
     ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
     (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
-    model's shortlist, already loaded by another runner (replicas share one instead of a copy each)."""
+    model's shortlist, already loaded by another runner (replicas share one instead of a copy each). ``shared_pool``:
+    make the process's shared thread pool (``SharedPool``) of ``intra_threads`` if it is not made yet."""
     providers = choose_providers(device)
     if manifest.dtype == "int8-dynamic" and device == "auto" and providers != [CPU]:
         log.info("%s is an int8 export, made for CPUs: serving it on the CPU", manifest.model_name)
         providers = [CPU]  # its decoders are the CPU graphs; int8 MatMuls have no CUDA kernels in onnxruntime
+    if shared_pool:
+        PROCESS_POOL.make(intra_threads if intra_threads > 0 else usable_cores())
     options = session_options(intra_threads, inter_threads)
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
     try:

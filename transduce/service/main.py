@@ -49,6 +49,7 @@ def load_translator(settings: Settings) -> TranslatorLike:
         # the step scheduler drives one engine: auto gives it one
         replicas=settings.engine_replicas or (1 if settings.scheduler == "step" else 0),
         shortlist=settings.shortlist,
+        shared_pool=True,  # every engine and model of the server on one thread pool
     )
 
 

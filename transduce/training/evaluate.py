@@ -83,7 +83,7 @@ def evaluate(
     for origin, src, tgt in rows:
         refs.setdefault((origin, src), []).append(tgt)
     items = list(refs)
-    translator = Translator(model_dir, device=device)
+    translator = Translator(model_dir, device=device, shared_pool=True)
     translator.check_pair(source, target)
     options = DecodeOptions(beam_size=beam_size, chunk_size=batch_size)
     hyps: list[str] = []
