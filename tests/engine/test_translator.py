@@ -288,6 +288,13 @@ def test_the_shared_pool_is_made_once_and_then_runs_every_session() -> None:
     elsewhere = SharedPool(refused)  # made by something else in the process, of a size we cannot know
     elsewhere.make(2)
     assert session_options(2, 1, pool=elsewhere).use_per_session_threads is False
+
+    def broken(threads: int) -> None:
+        raise RuntimeError("out of threads")
+
+    failed = SharedPool(broken)  # not made for another reason: sessions keep pools of their own, as before
+    failed.make(2)
+    assert session_options(2, 1, pool=failed).use_per_session_threads is True
     never = SharedPool(None)  # the test suite's: engines keep pools of their own
     never.make(2)
     assert session_options(2, 1, pool=never).use_per_session_threads is True
@@ -295,31 +302,35 @@ def test_the_shared_pool_is_made_once_and_then_runs_every_session() -> None:
 
 def test_engines_opened_after_the_shared_pool_run_on_it(tiny_model_dir: Path) -> None:
     """In a fresh process, as the service and the command line open engines: an engine opened before the pool has
-    pools of its own (the encoder's asleep between runs, not spinning against the decoder's steps); the first that
-    asks makes the shared pool, and every engine opened after it runs on it; all translate the same."""
+    pools of its own (the encoder's asleep between runs, not spinning against the decoder's steps), and so has one of
+    several replicas; the first engine of one replica that asks makes the shared pool, and every engine opened after
+    it runs on it; all translate the same."""
     script = f"""
 import json
 from transduce.engine.options import DecodeOptions
 from transduce.engine.translator import Translator
 model, key = {str(tiny_model_dir)!r}, "session.intra_op.allow_spinning"
 engines = [Translator(model, device="cpu", intra_threads=1)]
+engines.append(Translator(model, device="cpu", intra_threads=1, replicas=2, shared_pool=True))
 engines.append(Translator(model, device="cpu", intra_threads=2, shared_pool=True))
 engines.append(Translator(model, device="cpu", intra_threads=1))
 out = []
 for t in engines:
     enc, dec = (s.get_session_options() for s in (t.runner.sessions.encoder, t.runner.sessions.decoder))
     tokens = t.translate_batch([[5, 6, 7, 8, 9, 10]], options=DecodeOptions(beam_size=2))[0].tokens
-    spin = enc.get_session_config_entry(key) if enc.use_per_session_threads else None
-    out.append([enc.use_per_session_threads, dec.use_per_session_threads, spin, tokens])
+    own = [enc.use_per_session_threads, dec.use_per_session_threads]
+    spin = [o.get_session_config_entry(key) for o in (enc, dec)] + [dec.intra_op_num_threads] if own[0] else None
+    out.append([own, spin, tokens])
 print(json.dumps(out))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "ignored when using a global thread pool" not in done.stderr  # no onnxruntime warning per session
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [row[:2] for row in out] == [[True, True], [False, False], [False, False]]
-    assert out[0][2] == "0"
-    assert out[0][3] == out[1][3] == out[2][3]
+    # replicas decode at the same time on threads of their own: an engine of two makes no pool
+    assert [row[0] for row in out] == [[True, True], [True, True], [False, False], [False, False]]
+    assert out[0][1] == ["0", "1", 1]  # a pool of its own: the encoder's asleep between runs, the decoder's spinning
+    assert out[0][2] == out[1][2] == out[2][2] == out[3][2]
 
 
 def test_replicas_decode_side_by_side_with_the_same_outputs(tiny_model_dir: Path) -> None:

@@ -45,7 +45,8 @@ def test_weights_lie_in_checksummed_files_beside_their_graphs(tiny_model_dir: Pa
     for f in tiny_model_dir.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
     data = (copy / "decoder_cpu.onnx.data").read_bytes()
-    (copy / "decoder_cpu.onnx.data").write_bytes(data[:-4] + bytes(4))  # one weight changed: refused, not served
+    flipped = bytes(b ^ 0xFF for b in data[-4:])
+    (copy / "decoder_cpu.onnx.data").write_bytes(data[:-4] + flipped)  # one weight changed: refused, not served
     with pytest.raises(ModelLoadError, match=r"decoder_cpu\.onnx\.data does not match the checksum"):
         load_manifest(copy)
     (copy / "decoder_cpu.onnx.data").unlink()

@@ -138,6 +138,27 @@ def test_int8_quantises_every_weight_matrix_of_the_decoder(tiny_model_dir: Path,
     assert set(checksums) <= {f.name for f in (tmp_path / "int8").iterdir()}
 
 
+def test_int8_of_an_export_before_revision_6_checksums_the_weights_files_it_writes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from transduce.export.quantize import quantize_model_dir
+
+    old = tmp_path / "old"
+    old.mkdir()
+    manifest = json.loads((tiny_model_dir / "manifest.json").read_text())
+    for name in manifest["checksums"]:
+        if name.endswith(".onnx"):  # each graph with its weights inside, as revision 5 wrote them
+            onnx.save(onnx.load(str(tiny_model_dir / name)), str(old / name))
+        elif not name.endswith(".data"):
+            (old / name).write_bytes((tiny_model_dir / name).read_bytes())
+    manifest["checksums"] = {k: v for k, v in manifest["checksums"].items() if not k.endswith(".data")}
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    checksums = quantize_model_dir(old, tmp_path / "int8")["checksums"]
+    assert {"encoder.onnx.data", "decoder.onnx.data"} <= set(checksums)
+    assert set(checksums) <= {f.name for f in (tmp_path / "int8").iterdir()}
+    Translator(tmp_path / "int8", device="cpu", intra_threads=1)  # every listed file matches its checksum
+
+
 def test_an_int8_export_runs_on_the_cpu_when_the_device_is_auto(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

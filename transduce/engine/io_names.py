@@ -14,10 +14,13 @@ GATHER_FILE = "gather.onnx"  # device-side cache reorder, used by the IO-binding
 TOKENIZER_FILE = "tokenizer.model"
 
 
+WEIGHTS_SUFFIX = ".data"
+
+
 def weights_file(graph: str) -> str:
     """The file beside an ONNX graph file that holds its weights (``encoder.onnx`` -> ``encoder.onnx.data``; exports
     before revision 6 kept them inside the graph file)."""
-    return graph + ".data"
+    return graph + WEIGHTS_SUFFIX
 
 
 # encoder.onnx

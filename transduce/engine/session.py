@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 from transduce.engine import io_names as names
 from transduce.engine.errors import ModelLoadError
+from transduce.engine.heap import keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
 from transduce.engine.manifest import Manifest
 from transduce.engine.numpy_runner import NumpyRunner
@@ -85,7 +86,9 @@ class SharedPool:
 
     onnxruntime makes it once per process and then refuses sessions with pools of their own, so it is opt-in
     (``Translator(..., shared_pool=True)``, which the service, the command line and the benches ask for): the first
-    engine that asks sizes it, and every session opened after it runs on it, whatever thread count it asks for."""
+    engine that asks sizes it, and every session opened after it runs on it, whatever thread count it asks for. A
+    process should open its engines all with it or all without it: an engine without it that is opening its sessions
+    while another makes the pool fails to load (the service and the command line always ask for it)."""
 
     def __init__(self, make: Callable[[int], None] | None) -> None:
         self._make = make  # None: never made (the test suite's in-process engines; onnxruntime cannot undo one)
@@ -100,7 +103,10 @@ class SharedPool:
                 try:
                     self._make(threads)
                     self.size = threads
-                except Exception as exc:  # noqa: BLE001 - onnxruntime's Fail: something else in the process made them
+                except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+                    if "already been created" not in str(exc):  # no pool: sessions keep pools of their own
+                        log.warning("onnxruntime's shared thread pool could not be made: %s", exc)
+                        return
                     log.warning("onnxruntime's shared thread pool was made outside transduce: %s", exc)
                     self.size = 0
 
@@ -176,6 +182,7 @@ def open_runner(
     if manifest.dtype == "int8-dynamic" and device == "auto" and providers != [CPU]:
         log.info("%s is an int8 export, made for CPUs: serving it on the CPU", manifest.model_name)
         providers = [CPU]  # its decoders are the CPU graphs; int8 MatMuls have no CUDA kernels in onnxruntime
+    keep_step_arrays_on_heap()
     if shared_pool:
         PROCESS_POOL.make(intra_threads if intra_threads > 0 else usable_cores())
     options = session_options(intra_threads, inter_threads)

@@ -95,9 +95,10 @@ class Translator:
         or (0) the cores shared out between them, e.g. two of one thread each on two cores. ``replicas=0`` picks
         (``auto_replicas``): 2 on a CPU with 2 or more cores, else 1.
 
-        ``shared_pool``: run on the process's one onnxruntime thread pool, made of this engine's thread count unless
-        an engine made it before (``transduce.engine.session.SharedPool``: 1.04-1.10x on 2 threads). Once it is
-        made, every engine of the process runs on it, whatever it asks for."""
+        ``shared_pool``: with one replica, run on the process's one onnxruntime thread pool, made of this engine's
+        thread count unless an engine made it before (``transduce.engine.session.SharedPool``: 1.04-1.10x on 2
+        threads). Replicas decode at the same time, each on threads of its own, so an engine of several makes no
+        pool. Once the pool is made, every engine of the process runs on it, whatever it asks for."""
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ValueError(f"replicas must be a positive integer or 0 (auto), got {replicas!r}")
         self.manifest = load_manifest(model_dir)
@@ -128,7 +129,7 @@ class Translator:
                     shortlist=shortlist,
                     shortlist_config=shortlist_config,
                     loaded_shortlist=self.runners[0].sessions.shortlist if self.runners else None,
-                    shared_pool=shared_pool,
+                    shared_pool=shared_pool and replicas == 1,
                 )
             )
         self.runner = self.runners[0]  # the step scheduler drives this one

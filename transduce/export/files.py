@@ -31,7 +31,7 @@ def store_weights_apart(path: Path, *, min_bytes: int = 1024) -> Path | None:
     returns that file (None when no tensor is that large).
 
     onnxruntime maps such a file into memory and uses the weights where they lie, instead of parsing them out of the
-    graph and copying them: the CPU engine's peak memory fell from 128 to 107 MB for the shipped model (README,
+    graph and copying them: the CPU engine's peak memory fell from 132 to 108 MB for the shipped model (README,
     lever table), the pages of an embedding table it never reads are never loaded, and the mapped pages are the
     page cache's, shared by every process serving the same files."""
     import onnx

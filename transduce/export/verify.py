@@ -126,7 +126,7 @@ def verify_export(
     decoders = [f for f in (names.DECODER_FILE, names.CPU_DECODER_FILE) if (model_dir / f).is_file()]
     for graph in (names.ENCODER_FILE, *decoders):
         onnx.checker.check_model(str(model_dir / graph))
-    opts = session_options(1, 1)  # on the process's shared thread pool if an engine made one (it must be)
+    opts = session_options(0, 1)  # on the process's shared thread pool if an engine made one (it must be)
     enc = ort.InferenceSession(str(model_dir / names.ENCODER_FILE), opts, providers=["CPUExecutionProvider"])
     cfg = model.config
     rng = np.random.default_rng(seed)
