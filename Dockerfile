@@ -6,7 +6,7 @@ RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorc
 COPY pyproject.toml README.md ./
 COPY transduce ./transduce
 RUN pip install --no-cache-dir '.[torch]'
-# float32 (exact), int8 (CPU: 1.3-1.5x the throughput, outputs differ slightly) or float16 (GPU): see README
+# float32 (exact), int8 (CPU: 1.3-1.6x the throughput, outputs differ slightly) or float16 (GPU): see README
 ARG MODEL_DTYPE=float32
 RUN transduce export transduce/weights/default/checkpoint.pt /opt/transduce/model --dtype ${MODEL_DTYPE}
 
