@@ -55,6 +55,20 @@ async def test_sentences_without_a_letter_come_back_as_they_are_without_decoding
     assert fake.translated[1:] == ["Hello world."]  # the only sentence with a letter
 
 
+async def test_language_codes_in_any_case_are_the_servers_own() -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": "Hello world.", "source": "EN", "target": "De"})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"translatedText": "WORLD. HELLO"}
+        r = await client.post("/translate", json={"q": "x", "source": "EN", "target": "FR"})
+        # EN read as en, FR matches no language the server knows and is named as sent
+        assert r.status_code == 400 and "en->FR is not supported" in r.json()["error"]
+        r = await client.post("/translate", json={"q": "x", "source": "XX", "target": "de"})
+        assert r.status_code == 400 and "XX" in r.json()["error"]  # no language of that name: named as sent
+    assert fake.translated[1:] == ["Hello world."]
+
+
 async def test_form_bodies_and_query_strings_are_read_as_utf8() -> None:
     """Raw UTF-8 in a form body (`curl -d 'q=schöne Grüße'`) and percent-escaped UTF-8 read the same; another charset
     is honoured when the Content-Type names it; bytes that are not text in it are a 422, never dropped or garbled."""

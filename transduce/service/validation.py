@@ -87,6 +87,7 @@ def validate_request(
     """Check ``req`` against the settings' limits and the model; cut its texts into sentences.
 
     ``source: "auto"`` needs ``detector`` (``transduce.service.detect.get_detector`` over ``model_languages``)."""
+    req = _known_case(req, translator)
     texts = [req.q] if isinstance(req.q, str) else list(req.q)
     if isinstance(req.q, list) and not req.q:
         raise ApiError(400, "q is an empty list: send at least one text")
@@ -140,6 +141,20 @@ def check_chars(n_chars: int, settings: Settings) -> int:
             413, f"request ({n_chars} characters) exceeds the limit of {settings.max_chars} characters (max_chars)"
         )
     return n_chars
+
+
+def _known_case(req: TranslateRequest, translator: TranslatorLike) -> TranslateRequest:
+    """``req`` with ``EN``, ``De`` or ``AUTO`` read as the ``en``, ``de`` and ``auto`` the server knows: a language
+    code's case means nothing (ISO 639, BCP 47), and people type either. A code that matches no language, or more
+    than one by case alone, is left as sent for the pair check to answer."""
+    known = [*model_languages(translator), AUTO]
+    update: dict[str, str] = {}
+    for field in ("source", "target"):
+        code = getattr(req, field)
+        matches = [lang for lang in known if lang.lower() == code.lower()]
+        if code not in known and len(matches) == 1:
+            update[field] = matches[0]
+    return req.model_copy(update=update) if update else req
 
 
 def model_languages(translator: TranslatorLike) -> list[str]:
