@@ -242,6 +242,27 @@ def test_oversized_headers_get_431_and_the_connection_is_closed(parser: str) -> 
 
 
 @pytest.mark.parametrize("parser", PARSERS)
+def test_bytes_that_are_not_http_get_a_json_400(parser: str) -> None:
+    """uvicorn answers a request it cannot parse with a text/plain 400; clients get the API's error shape."""
+    with serving(FakeTranslator(), parser=parser) as (_, port, _):
+        for junk in (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(40),
+            b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+        ):
+            with connect(port) as conn:  # a TLS hello sent to the plain port; a header line without a colon
+                conn.sendall(junk)
+                data, _ = read_until_closed(conn)
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower()
+            assert json.loads(body) == {
+                "error": "malformed HTTP request: the request line or headers are not HTTP/1.1; nothing was read"
+            }
+        with connect(port) as ok:  # the server goes on serving
+            ok.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n")
+            assert read_response(ok).startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("parser", PARSERS)
 def test_the_rest_of_a_body_answered_early_is_not_counted_as_headers(parser: str) -> None:
     """A body over max_body_bytes is answered 413 before it is all sent; what the client still sends is body, not
     the next request's headers: no second, unasked-for 431."""

@@ -38,6 +38,9 @@ def _response(status: str, message: str, *extra: str) -> bytes:
 HEADERS_TOO_LARGE = _response(
     "431 Request Header Fields Too Large", f"request headers larger than {MAX_HEADER_BYTES // 1024} KiB"
 )
+MALFORMED = _response(
+    "400 Bad Request", "malformed HTTP request: the request line or headers are not HTTP/1.1; nothing was read"
+)
 REFUSAL = _response(
     "503 Service Unavailable",
     "server busy: every connection (max_connections) is in use, retry later",
@@ -113,6 +116,8 @@ class GuardedConnection(asyncio.Protocol):
         self._refused = False
         self._header_bytes = 0  # bytes received while the current request's headers are incomplete
         self._cut = False  # answered 431: whatever else arrives is dropped
+        if hasattr(inner, "send_400_response"):  # uvicorn's answer to bytes it cannot parse is text/plain
+            inner.send_400_response = self._malformed
 
     @property
     def served(self) -> bool:
@@ -133,6 +138,12 @@ class GuardedConnection(asyncio.Protocol):
         return cycle is None or (
             bool(getattr(cycle, "response_complete", True)) and not bool(getattr(cycle, "more_body", False))
         )
+
+    def _malformed(self, msg: str) -> None:
+        """In place of uvicorn's ``send_400_response`` (it has logged ``msg``): the same 400, as ``{"error": ...}``."""
+        if self.transport is not None:
+            self.transport.write(MALFORMED)
+            self.transport.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream transport (uvloop's are not subclasses)
