@@ -1,10 +1,14 @@
-"""glibc malloc settings for the arrays a decoder step allocates and frees (caches, reorders, log-probs)."""
+"""glibc's allocator: settings for the arrays a decoder step allocates and frees (caches, reorders, log-probs), and
+handing freed memory back to the system when a model is unloaded."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import logging
 import threading
+from typing import Any
 
 log = logging.getLogger("transduce.engine")
 
@@ -14,6 +18,22 @@ TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # what glibc pairs with a threshold it rais
 
 _lock = threading.Lock()
 _set: bool | None = None
+
+
+def _glibc() -> Any | None:
+    """glibc (``libc.so.6``: mallopt, malloc_trim), or None where the C library is another (musl, macOS)."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+def give_memory_back() -> None:
+    """Collect garbage and ask glibc to return freed memory to the system (nothing elsewhere)."""
+    gc.collect()
+    with contextlib.suppress(AttributeError):
+        if (libc := _glibc()) is not None:
+            libc.malloc_trim(0)
 
 
 def keep_step_arrays_on_heap() -> bool:
@@ -28,12 +48,14 @@ def keep_step_arrays_on_heap() -> bool:
     global _set
     with _lock:
         if _set is None:
+            libc = _glibc()  # None: not glibc, whose allocator keeps its own defaults
             try:
-                libc = ctypes.CDLL("libc.so.6")
-                _set = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-                    libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+                _set = (
+                    libc is not None
+                    and bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+                    and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
                 )
-            except (OSError, AttributeError):  # not glibc (musl, macOS): its own allocator's defaults
+            except AttributeError:  # a libc.so.6 without mallopt
                 _set = False
             log.debug("glibc malloc thresholds for step arrays set: %s", _set)
         return _set

@@ -15,7 +15,7 @@ import torch
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import EXPORT_REVISION, FORMAT, FORMAT_VERSION, sha256_file
-from transduce.export.files import replacing_dir, store_weights_apart, with_weights
+from transduce.export.files import replacing_dir, save_graph, store_weights_apart, with_weights
 from transduce.export.fused_decoder import fused_decoder_step
 from transduce.export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
 from transduce.model.checkpoint import Checkpoint, load_checkpoint
@@ -126,11 +126,12 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "f
         opset,
     )
     (out_dir / names.GATHER_FILE).write_bytes(gather_graph(2 * L, opset, dtype))
+    for graph in (names.ENCODER_FILE, names.DECODER_FILE):  # as torch wrote them: weights inside
+        store_weights_apart(out_dir / graph)
     if dtype == "float32":  # onnxruntime's CPU kernels are float32: a float16 export is for GPUs
-        (out_dir / names.CPU_DECODER_FILE).write_bytes(fused_decoder_step(model, opset))
-    for graph in (names.ENCODER_FILE, names.DECODER_FILE, names.CPU_DECODER_FILE):
-        if (out_dir / graph).is_file():
-            store_weights_apart(out_dir / graph)
+        import onnx
+
+        save_graph(onnx.load_model_from_string(fused_decoder_step(model, opset)), out_dir / names.CPU_DECODER_FILE)
     return {"encoder_inputs": enc_in, "encoder_outputs": enc_out, "decoder_inputs": dec_in, "decoder_outputs": dec_out}
 
 
@@ -216,7 +217,6 @@ def add_shortlist(model_dir: Path, table_path: Path, vocab_size: int) -> dict[st
     base = model_dir / names.CPU_DECODER_FILE
     base = base if base.is_file() else model_dir / names.DECODER_FILE
     projection = shortlist_decoder(base, model_dir / names.SHORTLIST_DECODER_FILE, vocab_size)
-    store_weights_apart(model_dir / names.SHORTLIST_DECODER_FILE)
     table.save(model_dir / names.SHORTLIST_FILE, projection)
     return {
         "shortlist": names.SHORTLIST_FILE,

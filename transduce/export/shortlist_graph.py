@@ -11,12 +11,14 @@ from typing import Any
 import numpy as np
 
 from transduce.engine import io_names as names
+from transduce.export.files import save_graph
 
 
 def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
-    """Write the shortlist variant of ``decoder`` to ``out``; returns the projection rows (V, d_model) it no longer
-    holds. The projection is the last MatMul whose second input is a (d_model, ``vocab``) weight; the graph's one
-    LogSoftmax then normalises over the candidates its row's mask keeps (the others get a log-probability of -inf)."""
+    """Write the shortlist variant of ``decoder`` to ``out`` (its weights beside it, ``save_graph``); returns the
+    projection rows (V, d_model) it no longer holds. The projection is the last MatMul whose second input is a
+    (d_model, ``vocab``) weight; the graph's one LogSoftmax then normalises over the candidates its row's mask keeps
+    (the others get a log-probability of -inf)."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -62,7 +64,7 @@ def shortlist_decoder(decoder: Path, out: Path, vocab: int) -> np.ndarray:
             dim.ClearField("dim_value")
             dim.dim_param = names.CANDIDATE_AXIS
     onnx.checker.check_model(model)
-    onnx.save(model, str(out))
+    save_graph(model, out)  # its weights in a file beside it, as every graph of an export
     return np.ascontiguousarray(weight.T)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import gc
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,13 +30,6 @@ def resident_bytes() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
-
-
-def give_memory_back() -> None:
-    """Collect garbage and ask glibc to return freed memory to the system (nothing elsewhere)."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def graphs_bytes(spec: ModelSpec) -> int:

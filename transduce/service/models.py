@@ -32,13 +32,13 @@ from typing import Any
 
 from transduce.engine.batcher import BatcherClosedError
 from transduce.engine.errors import ModelLoadError
+from transduce.engine.heap import give_memory_back
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.model_entry import (
     MB,
     ModelEntry,
     failure,
-    give_memory_back,
     graphs_bytes,
     resident_bytes,
 )
