@@ -100,7 +100,14 @@ class RunningBatch:
             max_lengths = options.max_lengths([len(j.ids) for j in group], m.max_positions - 1)
             vocab, own = (None, None) if self.shortlist is None else self.shortlist.batch([j.ids for j in group])
             eos = m.eos_id if vocab is None else int(np.searchsorted(vocab, m.eos_id))
-            search = make_search(len(group), options, eos_id=eos, max_lengths=max_lengths, full_rows=True)
+            search = make_search(
+                len(group),
+                options,
+                eos_id=eos,
+                max_lengths=max_lengths,
+                full_rows=True,
+                select_top_k=self.runner.sessions.top_k,
+            )
             masks, projection = self._detach_masks()
             try:
                 merged = state if self.state is None else self.runner.merge(self.state, state)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -47,6 +47,10 @@ class SearchStrategy(Protocol):
 
     @property
     def row_sentence(self) -> np.ndarray: ...
+
+
+# per row the k largest entries, best first, ties to the lower id: (x (R, V), k) -> ids (R, k) int64, values (R, k)
+TopK = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 def length_penalty(length: int | np.ndarray, alpha: float) -> float | np.ndarray:
@@ -222,8 +226,10 @@ class BeamSearch:
         length_penalty: float = 0.6,
         min_length: int = 0,
         full_rows: bool = False,
+        select_top_k: TopK = top_k,
     ) -> None:
         self.max_lengths = _check(batch_size, eos_id, max_lengths, min_length, length_penalty)
+        self._top_k = select_top_k  # top_k above, or the same on onnxruntime's kernel (transduce.engine.topk)
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if not 1 <= num_hypotheses <= beam_size:
@@ -262,7 +268,7 @@ class BeamSearch:
             log_probs[:, eos] = -np.inf
         # Adding a row's own score keeps the order within the row, so each row's top 2*beam tokens suffice.
         c = min(2 * beam, V)
-        tok, val = top_k(log_probs, c)  # (R, c)
+        tok, val = self._top_k(log_probs, c)  # (R, c)
         total = (self._scores[:, None] + val.astype(np.float64)).reshape(N, k * c)  # (N, k*c) candidate scores
         flat = ((np.arange(R) % k)[:, None] * V + tok).reshape(N, k * c)  # (N, k*c) beam_row * V + token
         order = np.lexsort((flat, -total), axis=1)[:, : 2 * beam]  # best first; ties: lower flat index
@@ -337,9 +343,16 @@ class BeamSearch:
 
 
 def make_search(
-    batch_size: int, options: DecodeOptions, *, eos_id: int, max_lengths: Sequence[int], full_rows: bool = False
+    batch_size: int,
+    options: DecodeOptions,
+    *,
+    eos_id: int,
+    max_lengths: Sequence[int],
+    full_rows: bool = False,
+    select_top_k: TopK = top_k,
 ) -> SearchStrategy:
-    """The strategy ``options`` ask for: greedy for beam_size 1, else beam search (see BeamSearch's full_rows)."""
+    """The strategy ``options`` ask for: greedy for beam_size 1, else beam search (see BeamSearch's full_rows; it
+    selects each row's best tokens with ``select_top_k``)."""
     if options.beam_size == 1:
         return GreedySearch(
             batch_size,
@@ -357,4 +370,5 @@ def make_search(
         length_penalty=options.length_penalty,
         min_length=options.min_decoding_length,
         full_rows=full_rows,
+        select_top_k=select_top_k,
     )

@@ -21,6 +21,7 @@ from transduce.engine.manifest import Manifest
 from transduce.engine.numpy_runner import NumpyRunner
 from transduce.engine.runner import CPU, CUDA, DecoderRunner, OrtSessions
 from transduce.engine.shortlist import Shortlist, ShortlistConfig, load_table
+from transduce.engine.topk import SessionTopK
 
 log = logging.getLogger("transduce.engine")
 _SAID: set[str] = set()  # what choose_providers already logged
@@ -193,9 +194,11 @@ def open_runner(
         cpu_decoder = "cpu_decoder" if "cpu_decoder" in manifest.raw and CUDA not in providers else "decoder"
         graph = manifest.path("shortlist_decoder" if use_shortlist else cpu_decoder)
         decoder = ort.InferenceSession(str(graph), options, providers=providers)
+        # the search's top-k on the CPU, on the shared pool or on this thread alone (a pool of its own would sleep)
+        select_top_k = SessionTopK(session_options(1, 1, spin=False))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
-    sessions = OrtSessions(manifest, encoder, decoder, providers, options)
+    sessions = OrtSessions(manifest, encoder, decoder, providers, options, top_k=select_top_k)
     if use_shortlist:
         sessions.shortlist = loaded_shortlist or load_shortlist(manifest, shortlist_config)
         sessions.shortlist_masks = names.DEC_VOCAB_MASK in {i.name for i in decoder.get_inputs()}

@@ -281,7 +281,9 @@ class Translator:
             if runner.sessions.shortlist_masks:  # each row normalised over its own sentence's candidates
                 state.vocab_mask = masks
         max_lengths = options.max_lengths([len(s) for s in source], m.max_positions - 1)
-        search = make_search(len(source), options, eos_id=eos, max_lengths=max_lengths)
+        search = make_search(
+            len(source), options, eos_id=eos, max_lengths=max_lengths, select_top_k=runner.sessions.top_k
+        )
         tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
         steps = 0
         while not search.is_done():
