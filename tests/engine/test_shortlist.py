@@ -120,6 +120,23 @@ def test_candidates_union_of_frequent_cooccurring_source_and_always() -> None:
         Shortlist(table, np.zeros((V - 1, 2)), always=[3])
 
 
+@pytest.mark.parametrize("per_piece", [0, 1, 3, 50])
+def test_candidates_are_each_source_pieces_first_targets(per_piece: int) -> None:
+    """Pieces with more targets than per_piece, fewer, or none, and repeated source pieces, against a plain loop."""
+    rng = np.random.default_rng(per_piece)
+    V = 300
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(0, 6, V))]).astype(np.int64)  # 0-5 targets per piece
+    targets = rng.integers(0, V, offsets[-1]).astype(np.int32)
+    table = ShortlistTable(V, {7: np.array([1, 2], np.int32)}, {7: offsets}, {7: targets})
+    shortlist = Shortlist(table, np.zeros((V, 2)), always=[3], config=ShortlistConfig(frequent=1, per_piece=per_piece))
+    for _ in range(20):
+        source = [7, *rng.integers(0, V, int(rng.integers(1, 40))).tolist(), 3]
+        expected = {3, 1, *source}
+        for piece in set(source):
+            expected |= set(targets[offsets[piece] : min(offsets[piece] + per_piece, offsets[piece + 1])].tolist())
+        assert shortlist.sentence_candidates(source).tolist() == sorted(expected)
+
+
 def test_the_unknown_piece_is_a_candidate_only_of_a_source_that_has_one() -> None:
     V, unk = 20, 1
     offsets = np.zeros(V + 1, np.int64)

@@ -144,11 +144,11 @@ class Shortlist:
         parts = [self.always, ids]
         keys = [int(seq[0])] if len(seq) and int(seq[0]) in t.offsets else list(t.offsets)
         for key in keys:
-            if K:
-                start, end = t.offsets[key][ids], np.minimum(t.offsets[key][ids] + K, t.offsets[key][ids + 1])
-                spans = [t.targets[key][a:b] for a, b in zip(start.tolist(), end.tolist(), strict=True) if b > a]
-                if spans:
-                    parts.append(np.concatenate(spans).astype(np.int64))
+            if K:  # each source piece's first K targets: the spans offsets[id] .. min(offsets[id] + K, offsets[id + 1])
+                start = t.offsets[key][ids]
+                lengths = np.minimum(K, t.offsets[key][ids + 1] - start)  # (n,)
+                at = np.arange(int(lengths.sum())) + np.repeat(start - (np.cumsum(lengths) - lengths), lengths)
+                parts.append(t.targets[key][at].astype(np.int64))
             parts.append(self._frequent[key])
         own = np.unique(np.concatenate(parts))
         if self.unk is not None and self.unk not in ids:  # the table or frequent pieces may hold it
