@@ -33,6 +33,7 @@ def test_the_hand_written_graph_is_one_valid_topk_node() -> None:
         "largest": 1,
         "sorted": 1,
     }
+    assert [d.dim_value for d in model.graph.input[1].type.tensor_type.shape.dim] == [1]  # k: one value
     types = {v.name: v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]}
     float32, int64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
     assert types == {"log_probs": float32, "k": int64, "values": float32, "ids": int64}

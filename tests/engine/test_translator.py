@@ -306,13 +306,15 @@ def test_engines_opened_after_the_shared_pool_run_on_it(tiny_model_dir: Path) ->
     several replicas; the first engine of one replica that asks makes the shared pool, and every engine opened after
     it runs on it; all translate the same."""
     script = f"""
-import json
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 from transduce.engine.options import DecodeOptions
 from transduce.engine.translator import Translator
 model, key = {str(tiny_model_dir)!r}, "session.intra_op.allow_spinning"
 engines = [Translator(model, device="cpu", intra_threads=1)]
 engines.append(Translator(model, device="cpu", intra_threads=1, replicas=2, shared_pool=True))
 engines.append(Translator(model, device="cpu", intra_threads=2, shared_pool=True))
+print("opening the fourth engine", file=sys.stderr, flush=True)
 engines.append(Translator(model, device="cpu", intra_threads=1))
 out = []
 for t in engines:
@@ -326,6 +328,9 @@ print(json.dumps(out))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "ignored when using a global thread pool" not in done.stderr  # no onnxruntime warning per session
+    before, after = done.stderr.split("opening the fourth engine")
+    # the engine that asked for 1 thread is told it runs on the pool of 2; the search's top-k session is not an engine
+    assert "asked for" not in before and "an engine asked for 1 threads" in after
     out = json.loads(done.stdout.strip().splitlines()[-1])
     # replicas decode at the same time on threads of their own: an engine of two makes no pool
     assert [row[0] for row in out] == [[True, True], [True, True], [False, False], [False, False]]

@@ -16,7 +16,8 @@ import onnxruntime as ort
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import Manifest
-from transduce.engine.search import TopK, top_k
+from transduce.engine.search import TopK
+from transduce.engine.search import top_k as numpy_top_k
 from transduce.engine.shortlist import Shortlist
 
 CUDA = "CUDAExecutionProvider"
@@ -117,7 +118,7 @@ class OrtSessions:
     options: ort.SessionOptions  # the decoder's options, reused for such helper sessions
     shortlist: Shortlist | None = None  # set when the decoder is the shortlist graph (its projection is an input)
     shortlist_masks: bool = False  # the shortlist graph takes per-row candidate masks (exports since revision 3)
-    top_k: TopK = top_k  # the beam search's per-row top-k: numpy's, or onnxruntime's kernel (engine.topk)
+    top_k: TopK = numpy_top_k  # the beam search's per-row top-k: numpy's, or onnxruntime's kernel (engine.topk)
     cross_names: list[str] = field(init=False)
     past_names: list[str] = field(init=False)
     present_names: list[str] = field(init=False)

@@ -194,8 +194,9 @@ def open_runner(
         cpu_decoder = "cpu_decoder" if "cpu_decoder" in manifest.raw and CUDA not in providers else "decoder"
         graph = manifest.path("shortlist_decoder" if use_shortlist else cpu_decoder)
         decoder = ort.InferenceSession(str(graph), options, providers=providers)
-        # the search's top-k on the CPU, on the shared pool or on this thread alone (a pool of its own would sleep)
-        select_top_k = SessionTopK(session_options(1, 1, spin=False))
+        # the search's top-k on the CPU, on the shared pool (asking for its size: no "asked for" line in the log) or
+        # else on the calling thread alone (a pool of its own would sleep between runs and be slow to wake)
+        select_top_k = SessionTopK(session_options(PROCESS_POOL.size or 1, 1, spin=False))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
     sessions = OrtSessions(manifest, encoder, decoder, providers, options, top_k=select_top_k)

@@ -145,7 +145,7 @@ class Shortlist:
         keys = [int(seq[0])] if len(seq) and int(seq[0]) in t.offsets else list(t.offsets)
         for key in keys:
             if K:  # each source piece's first K targets: the spans offsets[id] .. min(offsets[id] + K, offsets[id + 1])
-                start = t.offsets[key][ids]
+                start = t.offsets[key][ids].astype(np.int64, copy=False)
                 lengths = np.minimum(K, t.offsets[key][ids + 1] - start)  # (n,)
                 at = np.arange(int(lengths.sum())) + np.repeat(start - (np.cumsum(lengths) - lengths), lengths)
                 parts.append(t.targets[key][at].astype(np.int64))

@@ -21,6 +21,8 @@ VALUES, IDS = "values", "ids"
 
 
 def _varint(n: int) -> bytes:
+    if n < 0:
+        raise ValueError(f"this encoder writes non-negative varints only, got {n}")
     out = bytearray()
     while True:
         out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
@@ -37,14 +39,14 @@ def _field(number: int, value: int | bytes | str) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(data)) + data
 
 
-def _tensor(name: str, elem_type: int, dims: list[str]) -> bytes:
-    """ValueInfoProto{name, type: TypeProto{tensor_type{elem_type, shape{dim{dim_param}...}}}}."""
-    shape = b"".join(_field(1, _field(2, d)) for d in dims)
+def _tensor(name: str, elem_type: int, dims: list[str | int]) -> bytes:
+    """ValueInfoProto{name, type: TypeProto{tensor_type{elem_type, shape{dim{dim_value | dim_param}...}}}}."""
+    shape = b"".join(_field(1, _field(1, d) if isinstance(d, int) else _field(2, d)) for d in dims)
     return _field(1, name) + _field(2, _field(1, _field(1, elem_type) + _field(2, shape)))
 
 
 def topk_graph() -> bytes:
-    """ModelProto (IR 8, opset 17) of one node: TopK(log_probs (rows, columns) float, k (1,) int64, axis=1,
+    """ModelProto (IR 8, opset 17) of one node: TopK(log_probs (rows, columns) float, k [1] int64, axis=1,
     largest=1, sorted=1) -> values (rows, k) float, ids (rows, k) int64."""
     attributes = b"".join(
         _field(5, _field(1, name) + _field(3, 1) + _field(20, _INT)) for name in ("axis", "largest", "sorted")
@@ -54,7 +56,7 @@ def topk_graph() -> bytes:
         _field(1, node + attributes)
         + _field(2, "top_k")
         + _field(11, _tensor("log_probs", _FLOAT, ["rows", "columns"]))
-        + _field(11, _tensor("k", _INT64, ["one"]))
+        + _field(11, _tensor("k", _INT64, [1]))
         + _field(12, _tensor(VALUES, _FLOAT, ["rows", "k"]))
         + _field(12, _tensor(IDS, _INT64, ["rows", "k"]))
     )
@@ -69,7 +71,8 @@ class SessionTopK:
 
     def __call__(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Per row the k largest entries, best first, ties to the lower id: (R, V) -> ids (R, k) int64, values
-        (R, k) float32; float64 input goes to the numpy reference (the kernel here is float32's)."""
+        (R, k) float32; float64 input goes to the numpy reference (the kernel here is float32's). Where NaN ranks is
+        left undefined (log-probs have none)."""
         if x.dtype == np.float16:  # log-probs of a float16 export; float32 holds every value exactly
             x = x.astype(np.float32)
         if x.dtype != np.float32 or x.ndim != 2 or x.shape[0] == 0:
