@@ -12,7 +12,7 @@ import pytest
 
 from tests.service.harness import FakeTranslator, fake_translation, live_server
 from transduce.cli import COMMANDS
-from transduce.engine.options import DecodeOptions
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.text import segment
 from transduce.engine.translator import Translator
 
@@ -29,7 +29,7 @@ def expected_lines(translator: Translator) -> list[str]:
     out = []
     for line in LINES:
         item = segment(line)
-        options = DecodeOptions(beam_size=2)
+        options = DecodeOptions(beam_size=2, no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE)  # as the CLI and server
         results = translator.translate(item.sentences, source_lang="en", target_lang="de", options=options)
         out.append(item.rejoin([r.hypotheses[0] for r in results]))
     return out
@@ -168,6 +168,11 @@ def test_translate_errors_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> 
         result = run(*argv, stdin="Hello\n")
         assert result.returncode == 1, (args, result.stderr)
         assert fragment in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for command in (["translate", "-s", "en", "-t", "de"], ["eval", "--tsv", "x.tsv", "-s", "en", "-t", "de"]):
+        result = run(*command, "--model", str(tiny_model_dir), "--no-repeat-ngram-size", "1", stdin="Hello\n")
+        assert result.returncode in (1, 2) and "Traceback" not in result.stderr, result.stderr
+        assert "no-repeat-ngram-size must be 0" in result.stderr or "no_repeat_ngram_size must be 0" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 

@@ -8,7 +8,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from transduce.engine.search import BeamSearch, GreedySearch, Hypothesis, SearchStrategy, length_penalty, top_k
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
+from transduce.engine.search import (
+    BeamSearch,
+    GreedySearch,
+    Hypothesis,
+    SearchStrategy,
+    length_penalty,
+    make_search,
+    repeat_bans,
+    top_k,
+)
 
 EOS, V = 0, 6
 NEG = -1e9
@@ -423,3 +433,56 @@ def test_greedy_reports_whether_rows_moved() -> None:
     out = search.advance(one_ends)
     assert out.reordered and out.parent_rows.tolist() == [0, 2]
     assert search.finalize()[1][0].tokens == [2]
+
+
+# ---- no_repeat_ngram_size: a hypothesis never repeats an n-gram ----
+
+
+def test_repeat_bans_equal_a_brute_force_search() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        R, T, n = int(rng.integers(1, 6)), int(rng.integers(0, 25)), int(rng.integers(2, 6))
+        seqs = rng.integers(0, 3, (R, T))  # three ids: many repeats
+        bans = repeat_bans(seqs, n)
+        found = set() if bans is None else set(zip(bans[0].tolist(), bans[1].tolist(), strict=True))
+        expected = {
+            (r, int(seqs[r, j + n - 1]))
+            for r in range(R)
+            for j in range(T - n + 1)
+            if seqs[r, j : j + n - 1].tolist() == seqs[r, T - n + 1 :].tolist()
+        }
+        assert found == expected, (seqs, n)
+    assert repeat_bans(np.ones((2, 9), np.int64), 0) is None  # off
+
+
+def looping(sentence: int, prefix: list[int]) -> np.ndarray:
+    """A model stuck on 1 2 1 2 ..., with 3 and 4 its next choices and eos after 12 tokens."""
+    if len(prefix) >= 12:
+        return lp(0.9, 0.02, 0.02, 0.02, 0.02)
+    return lp(0.001, 0.5, 0.3, 0.1, 0.05) if len(prefix) % 2 == 0 else lp(0.001, 0.3, 0.5, 0.1, 0.05)
+
+
+def ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_greedy_and_beam_never_repeat_an_ngram(n: int) -> None:
+    for beam in (1, 3):
+        outputs = []
+        for size in (0, n):
+            options = DecodeOptions(beam_size=beam, num_hypotheses=beam, length_penalty=0.0, no_repeat_ngram_size=size)
+            search = make_search(2, options, eos_id=EOS, max_lengths=[20, 20])
+            drive(search, looping)
+            outputs.append([h.tokens for hyps in search.finalize() for h in hyps])
+        looped, guarded = outputs
+        assert any(len(set(ngrams(t, n))) < len(ngrams(t, n)) for t in looped)  # the loop is there without it
+        for tokens in guarded:
+            assert tokens and len(set(ngrams(tokens, n))) == len(ngrams(tokens, n)), (beam, n, tokens)
+
+
+def test_no_repeat_ngram_size_is_validated_and_off_by_default() -> None:
+    assert DecodeOptions().no_repeat_ngram_size == 0 and SERVED_NO_REPEAT_NGRAM_SIZE >= 2
+    for bad in (1, -1):
+        with pytest.raises(ValueError, match="no_repeat_ngram_size must be 0"):
+            DecodeOptions(no_repeat_ngram_size=bad)

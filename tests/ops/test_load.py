@@ -10,7 +10,7 @@ import time
 import httpx
 
 from tests.service.harness import live_server
-from transduce.engine.options import DecodeOptions
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.translator import Translator
 
 CLIENTS = 32
@@ -31,7 +31,12 @@ def test_32_clients_zero_errors_and_consistent_answers(tiny_translator: Translat
         s: r.hypotheses[0]
         for s, r in zip(
             SENTENCES,
-            tiny_translator.translate(SENTENCES, source_lang="en", target_lang="de", options=DecodeOptions()),
+            tiny_translator.translate(
+                SENTENCES,
+                source_lang="en",
+                target_lang="de",
+                options=DecodeOptions(no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE),
+            ),
             strict=True,
         )
     }

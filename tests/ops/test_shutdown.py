@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests.service.harness import free_port, wait_ready
-from transduce.engine.options import DecodeOptions
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.translator import Translator
 
 # 60 different texts in letters the tiny model spells (its vocabulary has no digits: a number would be kept as written,
@@ -59,7 +59,10 @@ def test_sigterm_drains_accepted_requests(tiny_model_dir: Path, tiny_translator:
     accepted = [(t, r) for t, r in zip(TEXTS, results, strict=True) if isinstance(r, httpx.Response)]
     assert len(accepted) == len(TEXTS), [r for r in results if not isinstance(r, httpx.Response)][:3]
     expected = tiny_translator.translate(
-        [t for t, _ in accepted], source_lang="en", target_lang="de", options=DecodeOptions()
+        [t for t, _ in accepted],
+        source_lang="en",
+        target_lang="de",
+        options=DecodeOptions(no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE),
     )
     for (_, response), want in zip(accepted, expected, strict=True):
         assert response.status_code == 200, response.text

@@ -13,7 +13,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from tests.service.harness import EN_DE, build_app, post_then_hang_up, serve, wait_until
-from transduce.engine.options import DecodeOptions
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.session import usable_cores
 from transduce.engine.translator import Translator
 from transduce.service.config import Settings
@@ -27,7 +27,7 @@ SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good 
 def alone(translator: Translator, text: str, *, beam: int = 4, n: int = 1, source: str = "en") -> list[str]:
     """The engine's own hypotheses for ``text`` translated by itself (into the other language of en/de)."""
     target = "de" if source == "en" else "en"
-    options = DecodeOptions(beam_size=beam, num_hypotheses=n)
+    options = DecodeOptions(beam_size=beam, num_hypotheses=n, no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE)
     return translator.translate([text], source_lang=source, target_lang=target, options=options)[0].hypotheses
 
 
@@ -133,6 +133,23 @@ async def test_the_runaway_guard_is_a_setting(tiny_translator: Translator, sched
     assert produced == cap  # the random model ran to the tight cap: the setting, not the model, stopped it
 
 
+@pytest.mark.parametrize("scheduler", ["step", "static"])
+async def test_the_repeat_guard_is_a_setting(tiny_translator: Translator, scheduler: str) -> None:
+    """The tiny random model loops ("licht licht licht ..."): the server decodes with the setting's n-gram guard."""
+    answers = {}
+    for size in (0, 2, SERVED_NO_REPEAT_NGRAM_SIZE):
+        async with serve(tiny_translator, scheduler=scheduler, no_repeat_ngram_size=size) as (client, _):
+            r = await client.post("/translate", json={"q": "Hello world.", **EN_DE, "beam_size": 2})
+        assert r.status_code == 200, r.text
+        options = DecodeOptions(beam_size=2, no_repeat_ngram_size=size)
+        engine = tiny_translator.translate(["Hello world."], source_lang="en", target_lang="de", options=options)
+        assert r.json()["translatedText"] == engine[0].hypotheses[0]
+        answers[size] = r.json()["translatedText"]
+    assert len(set(answers.values())) == 3  # each setting decodes differently on this model
+    with pytest.raises(ValueError, match="at least 2"):
+        Settings(no_repeat_ngram_size=1)
+
+
 @pytest.mark.parametrize(("scheduler", "expected"), [("static", 2), ("step", 1)])
 def test_engine_replicas_default_to_two_on_two_cores_and_one_for_the_step_scheduler(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, expected: int
@@ -180,7 +197,7 @@ async def test_static_batching_answers_a_request_when_its_own_sentence_is_done(t
 
     batches: list[BatchStats] = []
     queue = StaticBatching(tiny_translator, BatcherConfig(max_batch_size=2, max_wait_ms=10_000), batches.append)
-    options = DecodeOptions(beam_size=1)
+    options = DecodeOptions(beam_size=1, no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE)  # as alone() decodes
     texts = ["Tag", "The small blue dog runs to the green house and sees the water."]
     await queue.start()
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.service.harness import live_server
-from transduce.engine.options import DecodeOptions
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.translator import Translator
 
 
@@ -11,7 +11,10 @@ def test_libretranslatepy_client(tiny_translator: Translator) -> None:
     from libretranslatepy import LibreTranslateAPI
 
     expected = tiny_translator.translate(
-        ["The cat sees the dog."], source_lang="en", target_lang="de", options=DecodeOptions()
+        ["The cat sees the dog."],
+        source_lang="en",
+        target_lang="de",
+        options=DecodeOptions(no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE),
     )[0].hypotheses[0]
     with live_server(tiny_translator) as url:
         client = LibreTranslateAPI(url + "/")

@@ -16,7 +16,7 @@ import pytest
 
 from tests.service.harness import DelegatingTranslator, IsolatedSettings, metric, serve_models
 from transduce.engine.errors import ModelLoadError
-from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
+from transduce.engine.options import DEFAULT_OPTIONS, SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.text import split_long
 from transduce.engine.translator import TranslationResult, Translator
 from transduce.service.config import Settings
@@ -36,8 +36,8 @@ def engines(tiny_model_dir: Path, tiny_fr_model_dir: Path, marian_es_model_dir: 
 
 
 def alone(engine: Translator, text: str, source: str, target: str, *, beam: int = 4, n: int = 1) -> list[str]:
-    """The engine's own n-best for ``text``."""
-    options = DecodeOptions(beam_size=beam, num_hypotheses=n)
+    """The engine's own n-best for ``text``, decoded as the service decodes."""
+    options = DecodeOptions(beam_size=beam, num_hypotheses=n, no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE)
     return engine.translate([text], source_lang=source, target_lang=target, options=options)[0].hypotheses
 
 

@@ -100,6 +100,31 @@ def _argmax_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, vals
 
 
+def repeat_bans(seqs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which ids each row must not choose next: those that would complete an n-gram its hypothesis already holds.
+    (R, T) generated ids -> (rows, ids) to mask, or None when no row has any (n = 0: off)."""
+    R, T = seqs.shape
+    if n < 2 or n > T:
+        return None
+    W = T - n + 1  # n-grams per row; the row's last n - 1 ids are seqs[:, W:]
+    match = seqs[:, :W] == seqs[:, W : W + 1]  # (R, W): n-grams whose first id is the row's end's first
+    for i in range(1, n - 1):  # one column of the end at a time: a few small compares, no (R, W, n) windows
+        if not match.any():
+            return None
+        match &= seqs[:, i : W + i] == seqs[:, W + i : W + i + 1]
+    rows, at = np.nonzero(match)
+    return (rows, seqs[rows, at + n - 1]) if len(rows) else None
+
+
+def _masked(log_probs: np.ndarray, bans: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """``log_probs`` with the banned (row, id) pairs at -inf (a copy: the caller's array stays as it was)."""
+    if bans is None:
+        return log_probs
+    log_probs = log_probs.copy()
+    log_probs[bans] = -np.inf
+    return log_probs
+
+
 def _check(batch_size: int, eos_id: int, max_lengths: Sequence[int], min_length: int, alpha: float) -> np.ndarray:
     if batch_size < 0:
         raise ValueError(f"batch_size must be >= 0, got {batch_size}")
@@ -139,9 +164,11 @@ class GreedySearch:
         max_lengths: Sequence[int],
         min_length: int = 0,
         length_penalty: float = 0.0,
+        no_repeat_ngram_size: int = 0,
     ) -> None:
         self.max_lengths = _check(batch_size, eos_id, max_lengths, min_length, length_penalty)
         self.eos_id, self.min_length, self.alpha = eos_id, min_length, length_penalty
+        self.no_repeat = no_repeat_ngram_size  # see repeat_bans; 0 = off
         self._rows = np.arange(batch_size, dtype=np.int64)  # (R,) sentence of each row
         self._seqs = np.zeros((batch_size, 0), dtype=np.int64)  # (R, step) generated ids of each row
         self._scores = np.zeros(batch_size, dtype=np.float64)  # (R,) summed log-probs
@@ -161,6 +188,7 @@ class GreedySearch:
     def advance(self, log_probs: np.ndarray) -> StepOutput:
         """Pick the best token of every row (lowest id on ties); rows that emit eos or reach max length leave."""
         log_probs = _check_log_probs(log_probs, len(self._rows), self.eos_id, self.is_done())
+        log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat))
         R = len(self._rows)
         best = log_probs.argmax(axis=1)  # (R,) first maximum = lowest id on ties
         if self._step < self.min_length:  # eos forbidden: re-pick only the rows that chose it
@@ -227,8 +255,10 @@ class BeamSearch:
         min_length: int = 0,
         full_rows: bool = False,
         select_top_k: TopK = top_k,
+        no_repeat_ngram_size: int = 0,
     ) -> None:
         self.max_lengths = _check(batch_size, eos_id, max_lengths, min_length, length_penalty)
+        self.no_repeat = no_repeat_ngram_size  # see repeat_bans; 0 = off
         self._top_k = select_top_k  # top_k above, or the same on onnxruntime's kernel (transduce.engine.topk)
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -262,6 +292,7 @@ class BeamSearch:
         """Expand every beam by one token, move eos candidates to the finished lists, keep the best beam_size."""
         N, k, beam, eos = len(self._alive), self._per_sentence, self.beam, self.eos_id
         log_probs = _check_log_probs(log_probs, N * k, eos, self.is_done())
+        log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat))
         R, V = log_probs.shape
         if self._step < self.min_length:
             log_probs = log_probs.copy()
@@ -360,6 +391,7 @@ def make_search(
             max_lengths=max_lengths,
             min_length=options.min_decoding_length,
             length_penalty=options.length_penalty,
+            no_repeat_ngram_size=options.no_repeat_ngram_size,
         )
     return BeamSearch(
         batch_size,
@@ -371,4 +403,5 @@ def make_search(
         min_length=options.min_decoding_length,
         full_rows=full_rows,
         select_top_k=select_top_k,
+        no_repeat_ngram_size=options.no_repeat_ngram_size,
     )

@@ -9,7 +9,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from transduce.engine.batcher import BatcherConfig
-from transduce.engine.options import DecodeOptions, SchedulerConfig
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions, SchedulerConfig
 from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
 # the engine's defaults, which the service's defaults are
@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     max_length_ratio: float = Field(DECODE.max_length_ratio, description="output length cap relative to the source")
     extra_decoding_length: int = Field(
         DECODE.extra_decoding_length, description="tokens added to the output length cap (for short sources)"
+    )
+    no_repeat_ngram_size: int = Field(
+        SERVED_NO_REPEAT_NGRAM_SIZE,
+        description="a translation never repeats a run of this many pieces (breaks loops such as 'the cat the cat "
+        "the cat'); 0 = off",
     )
     max_glossary_terms: int = Field(100, description="entries in a request's glossary; beyond: 400 (0 = none taken)")
     glossary_file: str | None = Field(
@@ -169,6 +174,13 @@ class Settings(BaseSettings):
     def _not_negative(cls, value: float) -> float:
         if not value >= 0:  # also refuses NaN
             raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @field_validator("no_repeat_ngram_size")
+    @classmethod
+    def _ngram(cls, value: int) -> int:
+        if value < 0 or value == 1:
+            raise ValueError(f"must be 0 (off) or at least 2 (1 would forbid any piece twice), got {value}")
         return value
 
     @field_validator("max_length_ratio")

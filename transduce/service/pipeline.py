@@ -232,6 +232,7 @@ class TranslationPipeline:
             chunk_size=self.settings.max_batch_size,
             max_length_ratio=self.settings.max_length_ratio,
             extra_decoding_length=self.settings.extra_decoding_length,
+            no_repeat_ngram_size=self.settings.no_repeat_ngram_size,
         )
         keys = [(source, job.target, options, text) for source, text, _ in flat]
         results: list[TranslationResult | None] = []

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE
+
 
 @dataclass(frozen=True)
 class EvalResult:
@@ -65,6 +67,7 @@ def evaluate(
     device: str = "auto",
     progress: bool = True,
     batch_size: int = 64,
+    no_repeat_ngram_size: int = SERVED_NO_REPEAT_NGRAM_SIZE,
 ) -> list[EvalResult]:
     """BLEU and chrF of the engine's translations; one result for all rows, plus one per origin if asked."""
     import sacrebleu
@@ -85,7 +88,7 @@ def evaluate(
     items = list(refs)
     translator = Translator(model_dir, device=device, shared_pool=True)
     translator.check_pair(source, target)
-    options = DecodeOptions(beam_size=beam_size, chunk_size=batch_size)
+    options = DecodeOptions(beam_size=beam_size, chunk_size=batch_size, no_repeat_ngram_size=no_repeat_ngram_size)
     hyps: list[str] = []
     limit, split = translator.max_source_tokens, 0
     started = time.monotonic()
@@ -147,6 +150,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", "-s", required=True, help="source language column, e.g. en")
     parser.add_argument("--target", "-t", required=True, help="target language column, e.g. de")
     parser.add_argument("--beam-size", type=int, default=4, help="beam size (1 = greedy)")
+    parser.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        default=SERVED_NO_REPEAT_NGRAM_SIZE,
+        help="never repeat a run of this many pieces (0 = off; the server's default)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N rows (default: all)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run the model")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -157,6 +166,9 @@ def run(args: argparse.Namespace) -> int:
     from transduce.engine.errors import ModelLoadError
     from transduce.shipped import resolve_model_dir
 
+    if args.no_repeat_ngram_size < 0 or args.no_repeat_ngram_size == 1:
+        print("transduce eval: --no-repeat-ngram-size must be 0 (off) or at least 2", file=sys.stderr)
+        return 2
     results: list[EvalResult] = []
     try:
         model_dir = resolve_model_dir(args.model)
@@ -167,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
                 source=args.source,
                 target=args.target,
                 beam_size=args.beam_size,
+                no_repeat_ngram_size=args.no_repeat_ngram_size,
                 limit=args.limit,
                 device=args.device,
                 progress=sys.stderr.isatty(),
