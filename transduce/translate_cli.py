@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
-from transduce.engine.options import DEFAULT_OPTIONS, SERVED_NO_REPEAT_NGRAM_SIZE
+from transduce.engine.options import DEFAULT_OPTIONS, SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
 from transduce.engine.text import Segmented, segment
 
 if TYPE_CHECKING:
@@ -51,8 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-repeat-ngram-size",
         type=int,
-        default=SERVED_NO_REPEAT_NGRAM_SIZE,
-        help="never repeat a run of this many pieces (0 = off; as the server's setting; --url servers use their own)",
+        default=None,
+        help=f"never repeat a run of this many pieces (0 = off; default {SERVED_NO_REPEAT_NGRAM_SIZE}, as the "
+        "server's; not with --url: a server decodes with its own NO_REPEAT_NGRAM_SIZE)",
     )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run the model")
     parser.add_argument("--api-key", default=None, help="API key for --url servers that require one")
@@ -129,9 +130,8 @@ def _local_run(args: argparse.Namespace, lines: Iterator[SourceLine], write: Wri
 
     translator = Translator(resolve_model_dir(args.model), device=args.device, shared_pool=True)
     translator.check_pair(args.source, args.target)
-    options = DecodeOptions(
-        beam_size=args.beam_size, chunk_size=args.batch_size, no_repeat_ngram_size=args.no_repeat_ngram_size
-    )
+    size = SERVED_NO_REPEAT_NGRAM_SIZE if args.no_repeat_ngram_size is None else args.no_repeat_ngram_size
+    options = DecodeOptions(beam_size=args.beam_size, chunk_size=args.batch_size, no_repeat_ngram_size=size)
     for chunk in _chunks(lines, args.batch_size * 2):
         items = [segment(line.text) for line in chunk]
         flat = [s for item in items for s in item.sentences]
@@ -372,9 +372,13 @@ def run(args: argparse.Namespace) -> int:
     if args.beam_size < 1 or args.batch_size < 1:
         print("transduce translate: --beam-size and --batch-size must be >= 1", file=sys.stderr)
         return 2
-    if args.no_repeat_ngram_size < 0 or args.no_repeat_ngram_size == 1:
-        print("transduce translate: --no-repeat-ngram-size must be 0 (off) or at least 2", file=sys.stderr)
-        return 2
+    if args.no_repeat_ngram_size is not None:
+        problem = no_repeat_problem(args.no_repeat_ngram_size)
+        if args.url and problem is None:
+            problem = "is the server's setting (NO_REPEAT_NGRAM_SIZE, shown by GET /frontend/settings), not --url's"
+        if problem is not None:
+            print(f"transduce translate: --no-repeat-ngram-size {problem}", file=sys.stderr)
+            return 2
     try:
         with (
             ExitStack() as stack,

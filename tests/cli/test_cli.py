@@ -171,9 +171,11 @@ def test_translate_errors_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> 
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     for command in (["translate", "-s", "en", "-t", "de"], ["eval", "--tsv", "x.tsv", "-s", "en", "-t", "de"]):
         result = run(*command, "--model", str(tiny_model_dir), "--no-repeat-ngram-size", "1", stdin="Hello\n")
-        assert result.returncode in (1, 2) and "Traceback" not in result.stderr, result.stderr
-        assert "no-repeat-ngram-size must be 0" in result.stderr or "no_repeat_ngram_size must be 0" in result.stderr
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "--no-repeat-ngram-size must be 0 (off) or at least 2" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    result = run("translate", "-s", "en", "-t", "de", "--url", "http://127.0.0.1:9", "--no-repeat-ngram-size", "0")
+    assert result.returncode == 2 and "is the server's setting" in result.stderr, result.stderr
 
 
 def test_translate_names_the_line_that_is_not_utf8(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -145,6 +145,9 @@ async def joins_and_leaves_match_standalone(translator: Translator, batch_size: 
         # a long source that leaves after 2 steps: the others go on with the batch's source padding trimmed off
         ([" ".join(EN * 3)], "en", "de", DecodeOptions(beam_size=1, max_decoding_length=2)),
         (EN[:3], "en", "de", DecodeOptions(beam_size=1)),
+        # the repeat guard, greedy and beam: its bans read each row's own history only
+        (EN[1:4], "en", "de", DecodeOptions(beam_size=1, no_repeat_ngram_size=2)),
+        (DE[2:], "de", "en", DecodeOptions(beam_size=3, num_hypotheses=2, no_repeat_ngram_size=3)),
     ]
     async with running(translator, max_batch_size=batch_size) as (scheduler, steps):
         tasks = []

@@ -188,13 +188,14 @@ def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[byt
 
 def offline_throughput(model_dir: str, sentences: list[str], beam: int, threads: int) -> float:
     """Sentences/s of the engine alone on the same sentences (batch 32, sorted by length)."""
-    from transduce.engine.options import DecodeOptions
+    from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
     from transduce.engine.translator import Translator
 
     translator = Translator(model_dir, device="auto", intra_threads=threads, shared_pool=True)
     translator.translate(sentences[:4], source_lang="en", target_lang="de")
+    served = DecodeOptions(beam_size=beam, no_repeat_ngram_size=SERVED_NO_REPEAT_NGRAM_SIZE)  # as the service decodes
     started = time.perf_counter()
-    translator.translate(sentences, source_lang="en", target_lang="de", options=DecodeOptions(beam_size=beam))
+    translator.translate(sentences, source_lang="en", target_lang="de", options=served)
     return len(sentences) / (time.perf_counter() - started)
 
 

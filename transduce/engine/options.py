@@ -43,17 +43,21 @@ class DecodeOptions:
             raise ValueError("extra_decoding_length and min_decoding_length must be >= 0")
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
-        if self.no_repeat_ngram_size < 0 or self.no_repeat_ngram_size == 1:
-            raise ValueError(
-                f"no_repeat_ngram_size must be 0 (off) or >= 2 (1 would forbid any piece twice), "
-                f"got {self.no_repeat_ngram_size}"
-            )
+        if (problem := no_repeat_problem(self.no_repeat_ngram_size)) is not None:
+            raise ValueError(f"no_repeat_ngram_size {problem}")
 
     def max_lengths(self, source_lengths: Sequence[int], cap: int) -> list[int]:
         """The output length limit of each source (in pieces, tag and eos included), at most ``cap``."""
         if self.max_decoding_length is not None:
             return [min(self.max_decoding_length, cap)] * len(source_lengths)
         return [min(int(self.max_length_ratio * n) + self.extra_decoding_length, cap) for n in source_lengths]
+
+
+def no_repeat_problem(size: int) -> str | None:
+    """What is wrong with a no_repeat_ngram_size, or None: 0 (off) and 2 or more are valid."""
+    if size < 0 or size == 1:
+        return f"must be 0 (off) or at least 2 (1 would forbid any piece twice), got {size}"
+    return None
 
 
 DEFAULT_OPTIONS = DecodeOptions()

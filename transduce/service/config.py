@@ -9,7 +9,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from transduce.engine.batcher import BatcherConfig
-from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions, SchedulerConfig
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions, SchedulerConfig, no_repeat_problem
 from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
 # the engine's defaults, which the service's defaults are
@@ -179,8 +179,8 @@ class Settings(BaseSettings):
     @field_validator("no_repeat_ngram_size")
     @classmethod
     def _ngram(cls, value: int) -> int:
-        if value < 0 or value == 1:
-            raise ValueError(f"must be 0 (off) or at least 2 (1 would forbid any piece twice), got {value}")
+        if (problem := no_repeat_problem(value)) is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("max_length_ratio")

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE
+from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
 
 
 @dataclass(frozen=True)
@@ -166,8 +166,8 @@ def run(args: argparse.Namespace) -> int:
     from transduce.engine.errors import ModelLoadError
     from transduce.shipped import resolve_model_dir
 
-    if args.no_repeat_ngram_size < 0 or args.no_repeat_ngram_size == 1:
-        print("transduce eval: --no-repeat-ngram-size must be 0 (off) or at least 2", file=sys.stderr)
+    if (problem := no_repeat_problem(args.no_repeat_ngram_size)) is not None:
+        print(f"transduce eval: --no-repeat-ngram-size {problem}", file=sys.stderr)
         return 2
     results: list[EvalResult] = []
     try:

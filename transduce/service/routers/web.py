@@ -41,6 +41,7 @@ async def frontend_settings(state: StateDep) -> dict[str, Any]:
         "max_sentence_tokens": settings.max_sentence_tokens,
         "max_beam_size": settings.max_beam_size,
         "max_alternatives": settings.max_alternatives,
+        "no_repeat_ngram_size": settings.no_repeat_ngram_size,
         "filesTranslation": True,
         "supportedFilesFormat": supported_types(),
         "max_file_bytes": settings.max_file_bytes,
