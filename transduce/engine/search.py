@@ -116,12 +116,16 @@ def repeat_bans(seqs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | Non
     return (rows, seqs[rows, at + n - 1]) if len(rows) else None
 
 
-def _masked(log_probs: np.ndarray, bans: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-    """``log_probs`` with the banned (row, id) pairs at -inf (a copy: the caller's array stays as it was)."""
-    if bans is None:
+def _masked(log_probs: np.ndarray, bans: tuple[np.ndarray, np.ndarray] | None, column: int | None = None) -> np.ndarray:
+    """``log_probs`` with the banned (row, id) pairs and, if given, a whole column at -inf: one copy, so the caller's
+    array stays as it was."""
+    if bans is None and column is None:
         return log_probs
     log_probs = log_probs.copy()
-    log_probs[bans] = -np.inf
+    if bans is not None:
+        log_probs[bans] = -np.inf
+    if column is not None:
+        log_probs[:, column] = -np.inf
     return log_probs
 
 
@@ -292,11 +296,9 @@ class BeamSearch:
         """Expand every beam by one token, move eos candidates to the finished lists, keep the best beam_size."""
         N, k, beam, eos = len(self._alive), self._per_sentence, self.beam, self.eos_id
         log_probs = _check_log_probs(log_probs, N * k, eos, self.is_done())
-        log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat))
+        forbidden_eos = eos if self._step < self.min_length else None
+        log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat), forbidden_eos)
         R, V = log_probs.shape
-        if self._step < self.min_length:
-            log_probs = log_probs.copy()
-            log_probs[:, eos] = -np.inf
         # Adding a row's own score keeps the order within the row, so each row's top 2*beam tokens suffice.
         c = min(2 * beam, V)
         tok, val = self._top_k(log_probs, c)  # (R, c)
