@@ -11,6 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 from transduce.engine import io_names as names
+from transduce.engine.denormals import open_session
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.numpy_runner import NumpyRunner
 from transduce.engine.runner import CUDA, DecoderState, OrtSessions, empty_state
@@ -24,7 +25,7 @@ class IOBindingRunner:
         self.device = "cuda" if sessions.provider == CUDA else "cpu"
         path = sessions.manifest.path("gather")
         try:
-            self.gather = ort.InferenceSession(str(path), sessions.options, providers=sessions.providers)
+            self.gather = open_session(str(path), sessions.options, sessions.providers)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
             raise ModelLoadError(f"cannot load {path} (needed for device-resident caches): {exc}") from exc
         n = 2 * sessions.manifest.n_layers

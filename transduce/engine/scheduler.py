@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
+from transduce.engine.denormals import flushing_denormals
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
 from transduce.engine.running import Job, RunningBatch
 from transduce.engine.search import Hypothesis
@@ -232,18 +233,19 @@ class StepScheduler:
 
     def _work(self) -> None:
         try:
-            while True:
-                if self._abort is not None:
-                    self._fail_everything(self._abort)
-                    return
-                self._admit()
-                if not self._batches:
-                    if self._closed and not self._queued:
+            with flushing_denormals():  # the worker only decodes: denormals flushed for its life (engine.denormals)
+                while True:
+                    if self._abort is not None:
+                        self._fail_everything(self._abort)
                         return
-                    self._wake.wait(0.05 if self._queued else None)
-                    self._wake.clear()
-                    continue
-                self._step()
+                    self._admit()
+                    if not self._batches:
+                        if self._closed and not self._queued:
+                            return
+                        self._wake.wait(0.05 if self._queued else None)
+                        self._wake.clear()
+                        continue
+                    self._step()
         except Exception as exc:  # a bug: nobody may wait forever
             log.exception("scheduler worker crashed; refusing new work")
             self._closed = True

@@ -14,6 +14,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from transduce.engine import io_names as names
+from transduce.engine.denormals import SESSION_CONFIG_KEY, open_session
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.heap import keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
@@ -148,6 +149,9 @@ def session_options(
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
+    # flush denormals on the threads of the session's own pool (``transduce.engine.denormals``; the calling thread
+    # flushes them while it decodes)
+    opts.add_session_config_entry(SESSION_CONFIG_KEY, "1")
     threads = intra_threads if intra_threads > 0 else usable_cores()
     if (pool or PROCESS_POOL).runs(threads):
         opts.use_per_session_threads = False  # thread counts left unset: onnxruntime warns that they are ignored
@@ -190,10 +194,10 @@ def open_runner(
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
     try:
         encoder_options = session_options(intra_threads, inter_threads, spin=False)
-        encoder = ort.InferenceSession(str(manifest.path("encoder")), encoder_options, providers=providers)
+        encoder = open_session(str(manifest.path("encoder")), encoder_options, providers)
         cpu_decoder = "cpu_decoder" if "cpu_decoder" in manifest.raw and CUDA not in providers else "decoder"
         graph = manifest.path("shortlist_decoder" if use_shortlist else cpu_decoder)
-        decoder = ort.InferenceSession(str(graph), options, providers=providers)
+        decoder = open_session(str(graph), options, providers)
         # the search's top-k on the CPU, on the shared pool (asking for its size: no "asked for" line in the log) or
         # else on the calling thread alone (a pool of its own would sleep between runs and be slow to wake)
         select_top_k = SessionTopK(session_options(PROCESS_POOL.size or 1, 1, spin=False))

@@ -13,6 +13,7 @@ from typing import cast
 import numpy as np
 
 from transduce.engine.cache import unless_identity
+from transduce.engine.denormals import flushing_denormals
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
 from transduce.engine.manifest import load_manifest
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
@@ -252,7 +253,8 @@ class Translator:
         """Encode once, then step the decoder until the search is done, on a free replica."""
         runner = self._free.get()  # blocks while every replica is busy
         try:
-            return self._decode_on(runner, source, options, on_finished)
+            with flushing_denormals():  # masked scores' exp() underflows: microcode assists on x86 (engine.denormals)
+                return self._decode_on(runner, source, options, on_finished)
         finally:
             self._free.put(runner)
 

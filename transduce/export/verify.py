@@ -11,6 +11,7 @@ import onnxruntime as ort
 import torch
 
 from transduce.engine import io_names as names
+from transduce.engine.denormals import open_session
 from transduce.engine.session import session_options
 from transduce.export.graphs import dummy_inputs
 from transduce.model.transformer import Transformer
@@ -127,7 +128,7 @@ def verify_export(
     for graph in (names.ENCODER_FILE, *decoders):
         onnx.checker.check_model(str(model_dir / graph))
     opts = session_options(0, 1)  # on the process's shared thread pool if an engine made one (it must be)
-    enc = ort.InferenceSession(str(model_dir / names.ENCODER_FILE), opts, providers=["CPUExecutionProvider"])
+    enc = open_session(str(model_dir / names.ENCODER_FILE), opts, ["CPUExecutionProvider"])
     cfg = model.config
     rng = np.random.default_rng(seed)
     random_seqs = [rng.integers(4, cfg.src_vocab_size, size=n).tolist() + [cfg.eos_id] for n in (9, 3, 14, 1)]
@@ -135,7 +136,7 @@ def verify_export(
     real_seqs = [tokenizer.encode_source(s, langs[i % len(langs)]) for i, s in enumerate(SAMPLE_SENTENCES)]
     report: dict[str, Any] = {"tolerance": tolerance, "steps": steps, "cases": []}
     for graph in decoders:
-        dec = ort.InferenceSession(str(model_dir / graph), opts, providers=["CPUExecutionProvider"])
+        dec = open_session(str(model_dir / graph), opts, ["CPUExecutionProvider"])
         suffix = "" if graph == names.DECODER_FILE else f", {graph}"  # the traced graph's cases keep their names
         results = [
             (f"{label}{suffix}", _compare(model, enc, dec, seqs, steps))
