@@ -101,6 +101,9 @@ def gather_output(i: int) -> str:
 SHORTLIST_DECODER_FILE = "decoder_shortlist.onnx"
 SHORTLIST_FILE = "shortlist.npz"  # the candidate table and the projection rows (V, d_model)
 DEC_VOCAB_PROJECTION = "vocab_projection"  # (candidates, d_model) float: projection rows of the batch's candidates
+# an int8 export's shortlist decoder takes those rows quantised, one scale per row, and transposed:
+DEC_VOCAB_PROJECTION_INT8 = "vocab_projection_int8"  # (d_model, candidates) int8
+DEC_VOCAB_PROJECTION_SCALE = "vocab_projection_scale"  # (candidates,) float32: row c = int8 column c x scale c
 CANDIDATE_AXIS = "candidates"  # log_probs of the shortlist decoder are (batch, candidates)
 # (batch, candidates) bool: the candidates of each row's own sentence; the others get no probability, so a sentence's
 # output does not depend on the sentences batched with it (exports before EXPORT_REVISION 3 have no such input)

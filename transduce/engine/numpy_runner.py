@@ -36,11 +36,11 @@ class NumpyRunner:
             **state.cross,
         }
         if s.shortlist is not None:  # the shortlist graph: the batch's candidate rows, or every row
-            projection = s.shortlist.projection if state.projection is None else state.projection
-            feed[names.DEC_VOCAB_PROJECTION] = projection
+            rows = s.shortlist.every_row() if state.projection is None else state.projection
+            feed.update(rows.feeds)
             if s.shortlist_masks:
                 own = state.vocab_mask
-                feed[names.DEC_VOCAB_MASK] = np.ones((len(tokens), len(projection)), bool) if own is None else own
+                feed[names.DEC_VOCAB_MASK] = np.ones((len(tokens), rows.count), bool) if own is None else own
         log_probs, *present = s.decoder.run([names.DEC_LOG_PROBS, *s.present_names], feed)
         state.past = dict(zip(s.past_names, present, strict=True))
         state.stepped(mask)

@@ -18,7 +18,7 @@ from transduce.engine import io_names as names
 from transduce.engine.manifest import Manifest
 from transduce.engine.search import TopK
 from transduce.engine.search import top_k as numpy_top_k
-from transduce.engine.shortlist import Shortlist
+from transduce.engine.shortlist import ProjectionRows, Shortlist
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -36,9 +36,9 @@ class DecoderState:
     past: dict[str, Any]  # self-attention K/V by input name, each (R, h, P, d_k)
     positions: np.ndarray  # (R,) int64: the position of each row's next token
     self_mask: np.ndarray  # (R, P) int64: 1 where a row's cache holds its own history
-    # (C, d_model) projection rows of the batch's shortlist candidates: log-probs are then (R, C) over them and the
+    # the projection rows of the batch's shortlist candidates (C of them): log-probs are then (R, C) over them and the
     # search works in candidate positions; None = the whole vocabulary (see transduce.engine.shortlist)
-    projection: np.ndarray | None = None
+    projection: ProjectionRows | None = None
     # (R, C) bool: each row's own candidates among the projection's (its sentence's), so the log-probs of a row do not
     # depend on its batch-mates; None = every candidate (or a shortlist graph exported without the mask input)
     vocab_mask: np.ndarray | None = None

@@ -24,6 +24,7 @@ from transduce.engine.manifest import Manifest
 from transduce.engine.options import DecodeOptions
 from transduce.engine.runner import DecoderRunner, DecoderState
 from transduce.engine.search import Hypothesis, SearchStrategy, make_search
+from transduce.engine.shortlist import ProjectionRows
 
 
 @dataclass(eq=False)
@@ -121,7 +122,7 @@ class RunningBatch:
             self._attach_masks(masks, None if own is None or vocab is None else (own, vocab))
         return real, padded
 
-    def _detach_masks(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _detach_masks(self) -> tuple[np.ndarray | None, ProjectionRows | None]:
         """Take the running rows' candidate masks (over ``self.vocab``) and projection off the state before a
         merge; returns them (None, None without a shortlist)."""
         if self.state is None or self.shortlist is None:

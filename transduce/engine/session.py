@@ -205,8 +205,10 @@ def open_runner(
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
     sessions = OrtSessions(manifest, encoder, decoder, providers, options, top_k=select_top_k)
     if use_shortlist:
-        sessions.shortlist = loaded_shortlist or load_shortlist(manifest, shortlist_config)
-        sessions.shortlist_masks = names.DEC_VOCAB_MASK in {i.name for i in decoder.get_inputs()}
+        inputs = {i.name for i in decoder.get_inputs()}
+        quantized = names.DEC_VOCAB_PROJECTION_INT8 in inputs
+        sessions.shortlist = loaded_shortlist or load_shortlist(manifest, shortlist_config, quantized=quantized)
+        sessions.shortlist_masks = names.DEC_VOCAB_MASK in inputs
     if device == "cuda" and sessions.provider != CUDA:
         if strict_device:
             raise ModelLoadError("device='cuda' was requested but the CUDA provider failed to initialise")
@@ -215,9 +217,9 @@ def open_runner(
     return IOBindingRunner(sessions) if sessions.provider == CUDA else NumpyRunner(sessions)
 
 
-def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None) -> Shortlist:
+def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None, *, quantized: bool = False) -> Shortlist:
     """The shortlist of an export (its table and projection rows); eos is always a candidate, the unknown piece only
-    for a source that has one."""
+    for a source that has one. ``quantized``: rows for a shortlist decoder whose projection is int8."""
     path = manifest.path("shortlist")
     try:
         table, projection = load_table(path)
@@ -226,4 +228,4 @@ def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None) ->
     if projection is None or table.vocab_size != manifest.vocab_size:
         raise ModelLoadError(f"{path} does not fit the model ({manifest.vocab_size} pieces): re-export the model")
     unk = int(manifest.raw.get("special_ids", {}).get("unk", manifest.eos_id))
-    return Shortlist(table, projection, always=[manifest.eos_id], unk=unk, config=config)
+    return Shortlist(table, projection, always=[manifest.eos_id], unk=unk, config=config, quantized=quantized)

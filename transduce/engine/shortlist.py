@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from transduce.engine import io_names as names
 from transduce.engine.io_names import SHORTLIST_FILE
 
 NO_TAG = -1  # table key of a model without target-language tags (one direction)
@@ -101,6 +102,22 @@ class ShortlistConfig:
             raise ValueError(f"shortlist sizes must be >= 0, got frequent={self.frequent}, per_piece={self.per_piece}")
 
 
+@dataclass(frozen=True)
+class ProjectionRows:
+    """The shortlist decoder's projection inputs for ``count`` candidates (float32 rows, or int8 ones with scales)."""
+
+    feeds: dict[str, np.ndarray]
+    count: int
+
+
+def quantize_rows(projection: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 rows, one scale per row: (V, d) int8 and (V,) float32, row v ~= int8[v] * scale[v]."""
+    peak = np.abs(projection).max(axis=1)
+    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(projection / scales[:, None]), -127, 127).astype(np.int8)
+    return q, scales
+
+
 class Shortlist:
     """A table and the output projection rows of one model: candidates and their projection per batch."""
 
@@ -112,16 +129,24 @@ class Shortlist:
         always: Sequence[int],
         unk: int | None = None,
         config: ShortlistConfig | None = None,
+        quantized: bool = False,
     ) -> None:
         """``always``: ids every sentence may produce (eos). ``unk``: the unknown piece, a candidate only of a sentence
         whose source has one (a beam search over a short candidate list otherwise ends common single words as the
-        unknown piece, rendered " ⁇ ", e.g. "Click" or "Settings")."""
+        unknown piece, rendered " ⁇ ", e.g. "Click" or "Settings"). ``quantized``: rows for an int8 export's shortlist
+        decoder (``quantize_rows``; its projection is then an int8 MatMul)."""
         if projection.ndim != 2 or projection.shape[0] != table.vocab_size:
             raise ValueError(
                 f"the projection must have one row per vocabulary piece ({table.vocab_size}), got {projection.shape}"
             )
         self.table, self.config = table, config or ShortlistConfig()
         self.projection = np.ascontiguousarray(projection, dtype=np.float32)  # (V, d_model)
+        self.quantized = quantized
+        self._int8: np.ndarray | None = None  # (V, d_model) int8 and (V,) scales, for an int8 shortlist decoder
+        self._scales: np.ndarray | None = None
+        if quantized:
+            self._int8, self._scales = quantize_rows(self.projection)
+        self._every: ProjectionRows | None = None
         self.always = np.asarray(sorted(set(always)), dtype=np.int64)
         self.unk = None if unk is None or unk in set(always) else int(unk)
         self._frequent = {k: v[: self.config.frequent].astype(np.int64) for k, v in table.frequent.items()}
@@ -167,9 +192,24 @@ class Shortlist:
         candidates = np.unique(np.concatenate([self.always, *own]))
         return candidates, _masks(own, candidates)
 
-    def rows(self, candidates: np.ndarray) -> np.ndarray:
-        """The projection rows of ``candidates``: (C, d_model), contiguous, for the shortlist decoder's input."""
-        return np.take(self.projection, candidates, axis=0)
+    def rows(self, candidates: np.ndarray) -> ProjectionRows:
+        """The projection rows of ``candidates`` as the shortlist decoder's inputs: (C, d_model) float32, or for an
+        int8 decoder (d_model, C) int8 and (C,) scales; contiguous."""
+        if self._int8 is None or self._scales is None:
+            rows = np.take(self.projection, candidates, axis=0)
+            return ProjectionRows({names.DEC_VOCAB_PROJECTION: rows}, len(candidates))
+        q = np.ascontiguousarray(np.take(self._int8, candidates, axis=0).T)
+        feeds = {names.DEC_VOCAB_PROJECTION_INT8: q, names.DEC_VOCAB_PROJECTION_SCALE: self._scales[candidates]}
+        return ProjectionRows(feeds, len(candidates))
+
+    def every_row(self) -> ProjectionRows:
+        """The whole vocabulary's rows (a state with no candidates of its own), made once."""
+        if self._every is None:
+            if self._int8 is None:  # the projection itself, not a copy
+                self._every = ProjectionRows({names.DEC_VOCAB_PROJECTION: self.projection}, self.vocab_size)
+            else:
+                self._every = self.rows(np.arange(self.vocab_size))
+        return self._every
 
 
 def _masks(own: list[np.ndarray], candidates: np.ndarray) -> np.ndarray:
