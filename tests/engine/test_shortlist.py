@@ -29,6 +29,7 @@ def with_table(translator: Translator, frequent: list[int]) -> Translator:
     current = translator.runner.sessions.shortlist
     assert current is not None
     keys = list(current.table.offsets)
+    assert current.projection is not None
     translator.runner.sessions.shortlist = Shortlist(
         table_of(current.vocab_size, keys, frequent),
         current.projection,
@@ -255,9 +256,9 @@ def test_int8_quantisation_keeps_the_shortlist_quantised(shortlist_model_dir: Pa
     assert names.DEC_VOCAB_PROJECTION not in inputs
     translator = Translator(tmp_path / "int8", device="cpu", intra_threads=1)  # checksums of every listed file hold
     shortlist = translator.runner.sessions.shortlist
-    assert shortlist is not None and shortlist.quantized
+    assert shortlist is not None and shortlist.quantized and shortlist.projection is None  # int8 rows only
     rows = shortlist.rows(np.array([3, 7, 9]))
-    assert rows.count == 3 and rows.feeds[names.DEC_VOCAB_PROJECTION_INT8].shape == (shortlist.projection.shape[1], 3)
+    assert rows.count == 3 and rows.feeds[names.DEC_VOCAB_PROJECTION_INT8].shape == (shortlist.d_model, 3)
     assert rows.feeds[names.DEC_VOCAB_PROJECTION_INT8].flags.c_contiguous
     assert shortlist.every_row().count == shortlist.vocab_size
     # the int8 rows decode as the float32 rows they stand for do, within the quantisation's rounding: scores of the

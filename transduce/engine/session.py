@@ -16,7 +16,7 @@ import onnxruntime as ort
 from transduce.engine import io_names as names
 from transduce.engine.denormals import SESSION_CONFIG_KEY, open_session
 from transduce.engine.errors import ModelLoadError
-from transduce.engine.heap import keep_step_arrays_on_heap
+from transduce.engine.heap import give_memory_back, keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
 from transduce.engine.manifest import Manifest
 from transduce.engine.numpy_runner import NumpyRunner
@@ -228,4 +228,7 @@ def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None, *,
     if projection is None or table.vocab_size != manifest.vocab_size:
         raise ModelLoadError(f"{path} does not fit the model ({manifest.vocab_size} pieces): re-export the model")
     unk = int(manifest.raw.get("special_ids", {}).get("unk", manifest.eos_id))
-    return Shortlist(table, projection, always=[manifest.eos_id], unk=unk, config=config, quantized=quantized)
+    shortlist = Shortlist(table, projection, always=[manifest.eos_id], unk=unk, config=config, quantized=quantized)
+    del projection, table
+    give_memory_back()  # the file's arrays (the float32 rows, when quantised) back to the system, not kept on the heap
+    return shortlist

@@ -114,7 +114,10 @@ def quantize_rows(projection: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8 rows, one scale per row: (V, d) int8 and (V,) float32, row v ~= int8[v] * scale[v]."""
     peak = np.abs(projection).max(axis=1)
     scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    q = np.clip(np.rint(projection / scales[:, None]), -127, 127).astype(np.int8)
+    q = np.empty(projection.shape, np.int8)
+    for start in range(0, len(projection), 1024):  # blocks: no float temporaries the size of the whole table
+        block = slice(start, start + 1024)
+        q[block] = np.clip(np.rint(projection[block] / scales[block, None]), -127, 127)
     return q, scales
 
 
@@ -140,12 +143,16 @@ class Shortlist:
                 f"the projection must have one row per vocabulary piece ({table.vocab_size}), got {projection.shape}"
             )
         self.table, self.config = table, config or ShortlistConfig()
-        self.projection = np.ascontiguousarray(projection, dtype=np.float32)  # (V, d_model)
+        rows = np.ascontiguousarray(projection, dtype=np.float32)
+        self.d_model = rows.shape[1]
         self.quantized = quantized
-        self._int8: np.ndarray | None = None  # (V, d_model) int8 and (V,) scales, for an int8 shortlist decoder
+        # (V, d_model) float32 rows, or for an int8 shortlist decoder only their int8 rows and (V,) scales (a quarter
+        # of the memory)
+        self.projection: np.ndarray | None = None if quantized else rows
+        self._int8: np.ndarray | None = None
         self._scales: np.ndarray | None = None
         if quantized:
-            self._int8, self._scales = quantize_rows(self.projection)
+            self._int8, self._scales = quantize_rows(rows)
         self._every: ProjectionRows | None = None
         self.always = np.asarray(sorted(set(always)), dtype=np.int64)
         self.unk = None if unk is None or unk in set(always) else int(unk)
@@ -195,9 +202,10 @@ class Shortlist:
     def rows(self, candidates: np.ndarray) -> ProjectionRows:
         """The projection rows of ``candidates`` as the shortlist decoder's inputs: (C, d_model) float32, or for an
         int8 decoder (d_model, C) int8 and (C,) scales; contiguous."""
-        if self._int8 is None or self._scales is None:
+        if self.projection is not None:
             rows = np.take(self.projection, candidates, axis=0)
             return ProjectionRows({names.DEC_VOCAB_PROJECTION: rows}, len(candidates))
+        assert self._int8 is not None and self._scales is not None
         q = np.ascontiguousarray(np.take(self._int8, candidates, axis=0).T)
         feeds = {names.DEC_VOCAB_PROJECTION_INT8: q, names.DEC_VOCAB_PROJECTION_SCALE: self._scales[candidates]}
         return ProjectionRows(feeds, len(candidates))
@@ -205,7 +213,7 @@ class Shortlist:
     def every_row(self) -> ProjectionRows:
         """The whole vocabulary's rows (a state with no candidates of its own), made once."""
         if self._every is None:
-            if self._int8 is None:  # the projection itself, not a copy
+            if self.projection is not None:  # the projection itself, not a copy
                 self._every = ProjectionRows({names.DEC_VOCAB_PROJECTION: self.projection}, self.vocab_size)
             else:
                 self._every = self.rows(np.arange(self.vocab_size))
