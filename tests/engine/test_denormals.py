@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import platform
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -23,9 +24,17 @@ X86_LINUX = sys.platform == "linux" and platform.machine().lower() in ("x86_64",
 
 
 def product_of_two_small_floats() -> float:
-    """1e-38 x 1e-3 in float32: a denormal (about 1e-41) under IEEE rules, zero when flushed."""
-    small, scale = np.array([1e-38], np.float32), np.array([1e-3], np.float32)
+    """1e-30 x 1e-10 in float32: two normal numbers whose product is a denormal (about 1e-40) under IEEE rules,
+    zero when flushed (FTZ)."""
+    small, scale = np.array([1e-30], np.float32), np.array([1e-10], np.float32)
     return float((small * scale)[0])
+
+
+def denormal_plus_itself() -> float:
+    """A denormal input (1e-40) added to itself: 2e-40 under IEEE rules, zero when denormal inputs read as zero
+    (DAZ)."""
+    tiny = np.array([1e-40], np.float32)
+    return float((tiny + tiny)[0])
 
 
 def test_supported_on_x86_64_linux() -> None:
@@ -34,15 +43,16 @@ def test_supported_on_x86_64_linux() -> None:
 
 def test_flushing_applies_inside_the_block_only_and_nests() -> None:
     assert flags() == 0
-    assert product_of_two_small_floats() != 0.0
+    assert product_of_two_small_floats() != 0.0 and denormal_plus_itself() != 0.0
     with flushing_denormals():
         assert flags() == (FTZ_DAZ if supported() else 0)
         assert (product_of_two_small_floats() == 0.0) == supported()
+        assert (denormal_plus_itself() == 0.0) == supported()
         with flushing_denormals():
             assert flags() == (FTZ_DAZ if supported() else 0)
         assert flags() == (FTZ_DAZ if supported() else 0)  # the inner block put back the outer one's mode
     assert flags() == 0
-    assert product_of_two_small_floats() != 0.0
+    assert product_of_two_small_floats() != 0.0 and denormal_plus_itself() != 0.0
 
 
 def test_sessions_flush_denormals_on_their_own_pools() -> None:
@@ -95,6 +105,30 @@ def test_the_scheduler_worker_flushes_while_it_decodes(
     asyncio.run(one_request())
     assert seen and set(seen) == {FTZ_DAZ if supported() else 0}
     assert flags() == 0  # the event loop's thread was never touched
+
+
+FIRST_SESSION = """
+import sys
+import onnxruntime as ort
+from transduce.engine.denormals import flags, open_session
+from transduce.engine.session import session_options
+from transduce.engine.topk import topk_graph
+opts = session_options(1, 1)
+if sys.argv[1] == "open_session":
+    open_session(topk_graph(), opts, ["CPUExecutionProvider"])
+else:
+    ort.InferenceSession(topk_graph(), opts, providers=["CPUExecutionProvider"])
+print(flags())
+"""
+
+
+@pytest.mark.parametrize("opener", ["open_session", "onnxruntime"])
+def test_the_first_session_of_a_process_leaves_the_opening_threads_mode_as_it_was(opener: str) -> None:
+    """In a fresh process (onnxruntime sets the mode once, at its first session): ours leave the thread as it was,
+    onnxruntime alone leaves it flushing."""
+    out = subprocess.run([sys.executable, "-c", FIRST_SESSION, opener], capture_output=True, text=True, check=True)
+    expected = FTZ_DAZ if opener == "onnxruntime" and supported() else 0
+    assert int(out.stdout.strip()) == expected
 
 
 def test_opening_sessions_leaves_the_threads_mode_as_it_was(tiny_model_dir: Any) -> None:

@@ -9,7 +9,8 @@ term of a softmax is 1), so translations do not change (README, lever table).
 onnxruntime sets the bits on the threads of a session's own pool (``session.set_denormal_as_zero``) but not on the
 thread that calls ``run()``, which does part of every operator's work, nor on the process's shared pool (the Python
 API has no setting for it). ``flushing_denormals()`` sets them on the calling thread for a block and puts the
-thread's previous mode back after it, so code outside the engine keeps IEEE denormals.
+thread's previous mode back after it, so code outside the engine keeps IEEE denormals, except callbacks the engine
+calls while it decodes (``Translator.translate``'s ``on_result``, the step scheduler's ``on_step``).
 """
 
 from __future__ import annotations

@@ -207,7 +207,10 @@ def open_runner(
     if use_shortlist:
         inputs = {i.name for i in decoder.get_inputs()}
         quantized = names.DEC_VOCAB_PROJECTION_INT8 in inputs
-        sessions.shortlist = loaded_shortlist or load_shortlist(manifest, shortlist_config, quantized=quantized)
+        if loaded_shortlist is not None and loaded_shortlist.quantized == quantized:
+            sessions.shortlist = loaded_shortlist
+        else:
+            sessions.shortlist = load_shortlist(manifest, shortlist_config, quantized=quantized)
         sessions.shortlist_masks = names.DEC_VOCAB_MASK in inputs
     if device == "cuda" and sessions.provider != CUDA:
         if strict_device:
@@ -229,6 +232,7 @@ def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None, *,
         raise ModelLoadError(f"{path} does not fit the model ({manifest.vocab_size} pieces): re-export the model")
     unk = int(manifest.raw.get("special_ids", {}).get("unk", manifest.eos_id))
     shortlist = Shortlist(table, projection, always=[manifest.eos_id], unk=unk, config=config, quantized=quantized)
-    del projection, table
-    give_memory_back()  # the file's arrays (the float32 rows, when quantised) back to the system, not kept on the heap
+    if quantized:  # the file's float32 rows back to the system, not kept on glibc's heap
+        del projection
+        give_memory_back()
     return shortlist

@@ -9,10 +9,10 @@ The candidates of a sentence are the union of
 - the control ids (eos, unk).
 
 The output projection rows of a batch's candidates (the union of its sentences') are gathered once per batch into a
-(C, d_model) matrix that the shortlist decoder graph takes as an input, so every step multiplies by C rows instead of
-V. A (R, C) mask keeps, for every row, the candidates of its own sentence only, and log-probs are normalised over
-those: a sentence decodes the same alone or batched with any others, and whenever a step's best full-vocabulary token
-is among its candidates, greedy search picks the same token.
+(C, d_model) matrix that the shortlist decoder graph takes as an input (an int8 export's: (d_model, C) int8 and C
+scales), so every step multiplies by C rows instead of V. A (R, C) mask keeps, for every row, the candidates of its
+own sentence only, and log-probs are normalised over those: a sentence decodes the same alone or batched with any
+others, and whenever a step's best full-vocabulary token is among its candidates, greedy search picks the same token.
 """
 
 from __future__ import annotations
@@ -112,11 +112,12 @@ class ProjectionRows:
 
 def quantize_rows(projection: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8 rows, one scale per row: (V, d) int8 and (V,) float32, row v ~= int8[v] * scale[v]."""
-    peak = np.abs(projection).max(axis=1)
-    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
     q = np.empty(projection.shape, np.int8)
+    scales = np.empty(len(projection), np.float32)
     for start in range(0, len(projection), 1024):  # blocks: no float temporaries the size of the whole table
         block = slice(start, start + 1024)
+        peak = np.abs(projection[block]).max(axis=1)
+        scales[block] = np.where(peak > 0, peak / 127.0, 1.0)
         q[block] = np.clip(np.rint(projection[block] / scales[block, None]), -127, 127)
     return q, scales
 
@@ -149,10 +150,11 @@ class Shortlist:
         # (V, d_model) float32 rows, or for an int8 shortlist decoder only their int8 rows and (V,) scales (a quarter
         # of the memory)
         self.projection: np.ndarray | None = None if quantized else rows
-        self._int8: np.ndarray | None = None
+        self._int8: np.ndarray | None = None  # (d_model, V): the decoder's layout, so a batch's columns are one take
         self._scales: np.ndarray | None = None
         if quantized:
-            self._int8, self._scales = quantize_rows(rows)
+            q, self._scales = quantize_rows(rows)
+            self._int8 = np.ascontiguousarray(q.T)
         self._every: ProjectionRows | None = None
         self.always = np.asarray(sorted(set(always)), dtype=np.int64)
         self.unk = None if unk is None or unk in set(always) else int(unk)
@@ -206,17 +208,19 @@ class Shortlist:
             rows = np.take(self.projection, candidates, axis=0)
             return ProjectionRows({names.DEC_VOCAB_PROJECTION: rows}, len(candidates))
         assert self._int8 is not None and self._scales is not None
-        q = np.ascontiguousarray(np.take(self._int8, candidates, axis=0).T)
+        q = np.take(self._int8, candidates, axis=1)  # (d_model, C), a new contiguous array
         feeds = {names.DEC_VOCAB_PROJECTION_INT8: q, names.DEC_VOCAB_PROJECTION_SCALE: self._scales[candidates]}
         return ProjectionRows(feeds, len(candidates))
 
     def every_row(self) -> ProjectionRows:
         """The whole vocabulary's rows (a state with no candidates of its own), made once."""
         if self._every is None:
-            if self.projection is not None:  # the projection itself, not a copy
+            if self.projection is not None:  # the tables themselves, not copies
                 self._every = ProjectionRows({names.DEC_VOCAB_PROJECTION: self.projection}, self.vocab_size)
             else:
-                self._every = self.rows(np.arange(self.vocab_size))
+                assert self._int8 is not None and self._scales is not None
+                feeds = {names.DEC_VOCAB_PROJECTION_INT8: self._int8, names.DEC_VOCAB_PROJECTION_SCALE: self._scales}
+                self._every = ProjectionRows(feeds, self.vocab_size)
         return self._every
 
 

@@ -76,8 +76,16 @@ def int8_projection(graph_path: Path) -> None:
 
     model = onnx.load(str(graph_path))
     graph = model.graph
-    transpose = next(n for n in graph.node if n.op_type == "Transpose" and n.input[0] == names.DEC_VOCAB_PROJECTION)
-    matmul = next(n for n in graph.node if n.op_type == "MatMul" and n.input[1] == transpose.output[0])
+    transpose = next(
+        (n for n in graph.node if n.op_type == "Transpose" and n.input[0] == names.DEC_VOCAB_PROJECTION), None
+    )
+    matmul = transpose and next(
+        (n for n in graph.node if n.op_type == "MatMul" and n.input[1] == transpose.output[0]), None
+    )
+    if transpose is None or matmul is None:
+        raise ValueError(
+            f"{graph_path} has no Transpose + MatMul of {names.DEC_VOCAB_PROJECTION}: not a shortlist decoder"
+        )
     fused = helper.make_node(
         "DynamicQuantizeMatMul",
         [matmul.input[0], names.DEC_VOCAB_PROJECTION_INT8, names.DEC_VOCAB_PROJECTION_SCALE],
@@ -88,8 +96,10 @@ def int8_projection(graph_path: Path) -> None:
     graph.node.insert(list(graph.node).index(matmul), fused)
     graph.node.remove(matmul)
     graph.node.remove(transpose)
+    for info in [v for v in graph.value_info if v.name == transpose.output[0]]:
+        graph.value_info.remove(info)
     rows = next(i for i in graph.input if i.name == names.DEC_VOCAB_PROJECTION)
-    candidates, d_model = (d.dim_param or d.dim_value for d in rows.type.tensor_type.shape.dim)
+    candidates, d_model = (d.dim_param or d.dim_value or None for d in rows.type.tensor_type.shape.dim)
     graph.input.remove(rows)
     graph.input.append(
         helper.make_tensor_value_info(names.DEC_VOCAB_PROJECTION_INT8, TensorProto.INT8, [d_model, candidates])
@@ -97,4 +107,5 @@ def int8_projection(graph_path: Path) -> None:
     graph.input.append(helper.make_tensor_value_info(names.DEC_VOCAB_PROJECTION_SCALE, TensorProto.FLOAT, [candidates]))
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.checker.check_model(model)
     onnx.save(model, str(graph_path))
