@@ -146,16 +146,19 @@ class Shortlist:
         self.table, self.config = table, config or ShortlistConfig()
         rows = np.ascontiguousarray(projection, dtype=np.float32)
         self.d_model = rows.shape[1]
-        self.quantized = quantized
         # (V, d_model) float32 rows, or for an int8 shortlist decoder only their int8 rows and (V,) scales (a quarter
-        # of the memory)
+        # of the memory), held as the whole vocabulary's decoder inputs (the int8 rows in the decoder's (d_model, V)
+        # layout, so a batch's columns are one take)
         self.projection: np.ndarray | None = None if quantized else rows
-        self._int8: np.ndarray | None = None  # (d_model, V): the decoder's layout, so a batch's columns are one take
-        self._scales: np.ndarray | None = None
         if quantized:
-            q, self._scales = quantize_rows(rows)
-            self._int8 = np.ascontiguousarray(q.T)
-        self._every: ProjectionRows | None = None
+            q, scales = quantize_rows(rows)
+            feeds = {
+                names.DEC_VOCAB_PROJECTION_INT8: np.ascontiguousarray(q.T),
+                names.DEC_VOCAB_PROJECTION_SCALE: scales,
+            }
+        else:
+            feeds = {names.DEC_VOCAB_PROJECTION: rows}
+        self._every = ProjectionRows(feeds, table.vocab_size)
         self.always = np.asarray(sorted(set(always)), dtype=np.int64)
         self.unk = None if unk is None or unk in set(always) else int(unk)
         self._frequent = {k: v[: self.config.frequent].astype(np.int64) for k, v in table.frequent.items()}
@@ -201,26 +204,26 @@ class Shortlist:
         candidates = np.unique(np.concatenate([self.always, *own]))
         return candidates, _masks(own, candidates)
 
+    @property
+    def quantized(self) -> bool:
+        """Whether the rows are an int8 shortlist decoder's (``quantize_rows``)."""
+        return self.projection is None
+
     def rows(self, candidates: np.ndarray) -> ProjectionRows:
         """The projection rows of ``candidates`` as the shortlist decoder's inputs: (C, d_model) float32, or for an
         int8 decoder (d_model, C) int8 and (C,) scales; contiguous."""
         if self.projection is not None:
             rows = np.take(self.projection, candidates, axis=0)
             return ProjectionRows({names.DEC_VOCAB_PROJECTION: rows}, len(candidates))
-        assert self._int8 is not None and self._scales is not None
-        q = np.take(self._int8, candidates, axis=1)  # (d_model, C), a new contiguous array
-        feeds = {names.DEC_VOCAB_PROJECTION_INT8: q, names.DEC_VOCAB_PROJECTION_SCALE: self._scales[candidates]}
+        every = self._every.feeds
+        feeds = {
+            names.DEC_VOCAB_PROJECTION_INT8: np.take(every[names.DEC_VOCAB_PROJECTION_INT8], candidates, axis=1),
+            names.DEC_VOCAB_PROJECTION_SCALE: every[names.DEC_VOCAB_PROJECTION_SCALE][candidates],
+        }
         return ProjectionRows(feeds, len(candidates))
 
     def every_row(self) -> ProjectionRows:
-        """The whole vocabulary's rows (a state with no candidates of its own), made once."""
-        if self._every is None:
-            if self.projection is not None:  # the tables themselves, not copies
-                self._every = ProjectionRows({names.DEC_VOCAB_PROJECTION: self.projection}, self.vocab_size)
-            else:
-                assert self._int8 is not None and self._scales is not None
-                feeds = {names.DEC_VOCAB_PROJECTION_INT8: self._int8, names.DEC_VOCAB_PROJECTION_SCALE: self._scales}
-                self._every = ProjectionRows(feeds, self.vocab_size)
+        """The whole vocabulary's rows (a state with no candidates of its own): the tables themselves, not copies."""
         return self._every
 
 
