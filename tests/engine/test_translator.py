@@ -102,6 +102,46 @@ def test_each_result_is_handed_over_as_soon_as_its_sentence_ends(
     assert results == translator.translate(texts, source_lang="en", target_lang="de", options=options)
 
 
+def test_finished_greedy_rows_stay_in_the_state_until_a_quarter_has_finished(
+    tiny_translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = tiny_translator.runner
+    state_rows: list[int] = []  # per step
+    gathers: list[tuple[int, int]] = []  # (state rows, rows kept)
+    step, reorder = runner.step, runner.reorder
+
+    def counted(tokens: Any, state: Any) -> Any:
+        assert len(tokens) == state.rows
+        state_rows.append(state.rows)
+        return step(tokens, state)
+
+    def spied(state: Any, rows: Any, sentences: Any) -> None:
+        gathers.append((state.rows, len(rows)))
+        assert sentences is not None and list(sentences) == list(rows)  # greedy: a row is a sentence
+        reorder(state, rows, sentences)
+
+    monkeypatch.setattr(runner, "step", counted)
+    monkeypatch.setattr(runner, "reorder", spied)
+    options = DecodeOptions(beam_size=1, return_scores=True)
+    lengths: list[int] = []
+    results = tiny_translator.translate(
+        SENTENCES,
+        source_lang="en",
+        target_lang="de",
+        options=options,
+        on_result=lambda i, r: lengths.append(len(state_rows)),
+    )
+    assert len(set(lengths)) >= 3  # sentences finished at several different steps
+    assert gathers and all((total - kept) * 4 >= total for total, kept in gathers)  # only once a quarter finished
+    assert len(gathers) < len(set(lengths)) - 1  # fewer gathers than steps where sentences left
+    decoding = [sum(at >= j for at in lengths) for j in range(1, len(state_rows) + 1)]  # sentences left, per step
+    assert any(rows > left for rows, left in zip(state_rows, decoding, strict=True))  # finished rows still there
+    monkeypatch.undo()
+    alone = [tiny_translator.translate([s], source_lang="en", target_lang="de", options=options)[0] for s in SENTENCES]
+    assert [r.tokens for r in results] == [r.tokens for r in alone]
+    assert [r.scores[0] for r in results] == pytest.approx([r.scores[0] for r in alone], abs=1e-5)
+
+
 def test_blank_and_letterless_input_is_given_back_without_decoding(tiny_translator: Translator) -> None:
     decoded = tiny_translator.stats.sentences
     out = tiny_translator.translate(["  ", "123", " -- ", "\x07"], source_lang="en", target_lang="de")

@@ -18,7 +18,7 @@ from transduce.engine.errors import InputTooLongError, ModelLoadError, Unsupport
 from transduce.engine.manifest import load_manifest
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.runner import CUDA, DecoderRunner
-from transduce.engine.search import Hypothesis, make_search
+from transduce.engine.search import GreedySearch, Hypothesis, make_search
 from transduce.engine.session import choose_providers, open_runner, usable_cores
 from transduce.engine.shortlist import ShortlistConfig
 from transduce.engine.text import has_letters
@@ -288,15 +288,22 @@ class Translator:
         )
         tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
         steps = 0
+        rows: _StateRows | None = None  # greedy, once a row finished: which state rows the search's rows are
         while not search.is_done():
-            out = search.advance(runner.step(tokens, state))  # (R, V or C) log-probs -> next tokens, parents
+            log_probs = runner.step(tokens if rows is None else rows.spread(tokens, m.eos_id), state)
+            out = search.advance(log_probs if rows is None else log_probs[rows.kept])  # (R, V or C) -> tokens, parents
             steps += 1
             if search.is_done():
                 break
             if on_finished is not None:  # the last step's sentences come back with the batch's result
                 for i, hyps in search.take_finished():
                     on_finished(i, hyps if vocab is None else _in_vocabulary(hyps, vocab))
-            if out.reordered:
+            if out.reordered and isinstance(search, GreedySearch):  # rows only leave, in order: the gather can wait
+                rows = _StateRows(state.rows, out.parent_rows) if rows is None else rows.keep(out.parent_rows)
+                if rows.worth_compacting():
+                    runner.reorder(state, rows.kept, rows.kept)  # greedy: one row per sentence
+                    rows = None
+            elif out.reordered:
                 runner.reorder(
                     state,
                     unless_identity(out.parent_rows, len(tokens)),
@@ -314,6 +321,30 @@ class Translator:
             self.stats.decoder_steps += steps
             self.stats.generated_tokens += sum(len(h[0].tokens) + 1 for h in hypotheses if h)
         return hypotheses
+
+
+@dataclass
+class _StateRows:
+    """Greedy rows that finished stay in the decoder state, fed eos, their log-probs unread, until a quarter of the
+    state has finished: the caches are then gathered once instead of at every step where a sentence ends (a gather
+    copies every layer's cache; greedy b32 on the shipped model 1.03-1.08x)."""
+
+    total: int  # rows in the decoder state
+    kept: np.ndarray  # (R,) the state row of each of the search's rows, ascending
+
+    def keep(self, parents: np.ndarray) -> _StateRows:
+        """After a step whose surviving search rows are ``parents`` (ascending)."""
+        return _StateRows(self.total, self.kept[parents])
+
+    def spread(self, tokens: np.ndarray, filler: int) -> np.ndarray:
+        """(total,) the next input of every state row: the search rows' ``tokens``, ``filler`` for finished rows."""
+        out = np.full(self.total, filler, np.int64)
+        out[self.kept] = tokens
+        return out
+
+    def worth_compacting(self) -> bool:
+        """A quarter or more of the state's rows finished."""
+        return (self.total - len(self.kept)) * 4 >= self.total
 
 
 def _in_vocabulary(hyps: list[Hypothesis], vocab: np.ndarray) -> list[Hypothesis]:
