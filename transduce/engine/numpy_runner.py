@@ -19,7 +19,7 @@ class NumpyRunner:
         """Cross K/V of every layer from one encoder run, and an empty self cache per row."""
         s = self.sessions
         feed = {names.ENC_INPUT_IDS: input_ids, names.ENC_ATTENTION_MASK: attention_mask}
-        cross = dict(zip(s.cross_names, s.encoder.run(s.cross_names, feed), strict=True))
+        cross = dict(zip(s.cross_names, s.encoder_run(s.cross_names, feed), strict=True))
         empty = np.zeros(s.empty_cache_shape(input_ids.shape[0]), dtype=s.manifest.cache_dtype)
         return empty_state(attention_mask, cross, empty, s.past_names)
 
@@ -41,7 +41,7 @@ class NumpyRunner:
             if s.shortlist_masks:
                 own = state.vocab_mask
                 feed[names.DEC_VOCAB_MASK] = np.ones((len(tokens), rows.count), bool) if own is None else own
-        log_probs, *present = s.decoder.run([names.DEC_LOG_PROBS, *s.present_names], feed)
+        log_probs, *present = s.decoder_run([names.DEC_LOG_PROBS, *s.present_names], feed)
         state.past = dict(zip(s.past_names, present, strict=True))
         state.stepped(mask)
         return np.asarray(log_probs)

@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import Manifest
+from transduce.engine.ortrun import Run, unchecked_run
 from transduce.engine.search import TopK
 from transduce.engine.search import top_k as numpy_top_k
 from transduce.engine.shortlist import ProjectionRows, Shortlist
@@ -122,8 +123,11 @@ class OrtSessions:
     cross_names: list[str] = field(init=False)
     past_names: list[str] = field(init=False)
     present_names: list[str] = field(init=False)
+    encoder_run: Run = field(init=False)  # the sessions' run, without the Python wrapper's checks (engine.ortrun)
+    decoder_run: Run = field(init=False)
 
     def __post_init__(self) -> None:
+        self.encoder_run, self.decoder_run = unchecked_run(self.encoder), unchecked_run(self.decoder)
         L = self.manifest.n_layers
         self.cross_names, self.past_names = names.cross_names(L), names.past_names(L)
         self.present_names = names.present_names(L)

@@ -174,6 +174,8 @@ class GreedySearch:
         self.eos_id, self.min_length, self.alpha = eos_id, min_length, length_penalty
         self.no_repeat = no_repeat_ngram_size  # see repeat_bans; 0 = off
         self._rows = np.arange(batch_size, dtype=np.int64)  # (R,) sentence of each row
+        self._index = np.arange(batch_size, dtype=np.int64)  # never changed: its first R entries are "every row"
+        self._row_max = self.max_lengths  # (R,) max length of each row's sentence
         self._seqs = np.zeros((batch_size, 0), dtype=np.int64)  # (R, step) generated ids of each row
         self._scores = np.zeros(batch_size, dtype=np.float64)  # (R,) summed log-probs
         self._results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
@@ -192,7 +194,8 @@ class GreedySearch:
     def advance(self, log_probs: np.ndarray) -> StepOutput:
         """Pick the best token of every row (lowest id on ties); rows that emit eos or reach max length leave."""
         log_probs = _check_log_probs(log_probs, len(self._rows), self.eos_id, self.is_done())
-        log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat))
+        if self.no_repeat:
+            log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat))
         R = len(self._rows)
         best = log_probs.argmax(axis=1)  # (R,) first maximum = lowest id on ties
         if self._step < self.min_length:  # eos forbidden: re-pick only the rows that chose it
@@ -201,13 +204,13 @@ class GreedySearch:
                 sub = log_probs[banned].copy()  # (r, V)
                 sub[:, self.eos_id] = -np.inf
                 best[banned] = sub.argmax(axis=1)
-        self._scores += log_probs[np.arange(R), best]
+        same = self._index[:R]
+        self._scores += log_probs[same, best]
         self._step += 1
-        ended = (best == self.eos_id) | (self._step >= self.max_lengths[self._rows])  # (R,)
+        ended = (best == self.eos_id) | (self._row_max <= self._step)  # (R,)
         if not ended.any():  # the common step: every row goes on in place
             best = best.astype(np.int64, copy=False)
             self._seqs = np.concatenate([self._seqs, best[:, None]], axis=1)
-            same = np.arange(R, dtype=np.int64)
             return StepOutput(best, same, same, reordered=False)
         lp = float(length_penalty(self._step, self.alpha))
         for r in np.flatnonzero(ended).tolist():
@@ -216,7 +219,7 @@ class GreedySearch:
             self._just_finished.append(int(self._rows[r]))
         parents = np.flatnonzero(~ended).astype(np.int64)  # (R',)
         tokens_next = best[parents].astype(np.int64)  # (R',)
-        self._rows = self._rows[parents]
+        self._rows, self._row_max = self._rows[parents], self._row_max[parents]
         self._seqs = np.concatenate([self._seqs[parents], tokens_next[:, None]], axis=1)
         self._scores = self._scores[parents]
         return StepOutput(tokens_next, parents, parents)
@@ -235,6 +238,7 @@ class GreedySearch:
         sentences stay, as boolean masks (here rows are sentences), to filter the last StepOutput with."""
         keep = ~np.isin(self._rows, np.asarray(sentences, dtype=np.int64))  # (R,)
         self._rows, self._seqs, self._scores = self._rows[keep], self._seqs[keep], self._scores[keep]
+        self._row_max = self._row_max[keep]
         return keep, keep
 
 
