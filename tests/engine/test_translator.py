@@ -102,10 +102,12 @@ def test_each_result_is_handed_over_as_soon_as_its_sentence_ends(
     assert results == translator.translate(texts, source_lang="en", target_lang="de", options=options)
 
 
+@pytest.mark.parametrize("shortlist", [False, True])
 def test_finished_greedy_rows_stay_in_the_state_until_a_quarter_has_finished(
-    tiny_translator: Translator, monkeypatch: pytest.MonkeyPatch
+    tiny_translator: Translator, shortlist_model_dir: Path, monkeypatch: pytest.MonkeyPatch, shortlist: bool
 ) -> None:
-    runner = tiny_translator.runner
+    translator = Translator(shortlist_model_dir, device="cpu") if shortlist else tiny_translator
+    runner = translator.runner
     state_rows: list[int] = []  # per step
     gathers: list[tuple[int, int]] = []  # (state rows, rows kept)
     step, reorder = runner.step, runner.reorder
@@ -124,7 +126,7 @@ def test_finished_greedy_rows_stay_in_the_state_until_a_quarter_has_finished(
     monkeypatch.setattr(runner, "reorder", spied)
     options = DecodeOptions(beam_size=1, return_scores=True)
     lengths: list[int] = []
-    results = tiny_translator.translate(
+    results = translator.translate(
         SENTENCES,
         source_lang="en",
         target_lang="de",
@@ -137,7 +139,7 @@ def test_finished_greedy_rows_stay_in_the_state_until_a_quarter_has_finished(
     decoding = [sum(at >= j for at in lengths) for j in range(1, len(state_rows) + 1)]  # sentences left, per step
     assert any(rows > left for rows, left in zip(state_rows, decoding, strict=True))  # finished rows still there
     monkeypatch.undo()
-    alone = [tiny_translator.translate([s], source_lang="en", target_lang="de", options=options)[0] for s in SENTENCES]
+    alone = [translator.translate([s], source_lang="en", target_lang="de", options=options)[0] for s in SENTENCES]
     assert [r.tokens for r in results] == [r.tokens for r in alone]
     assert [r.scores[0] for r in results] == pytest.approx([r.scores[0] for r in alone], abs=1e-5)
 

@@ -20,6 +20,8 @@ from transduce.engine.runner import CUDA, DecoderState, OrtSessions, empty_state
 class IOBindingRunner:
     """Device-resident decoder runner (see ``transduce.engine.runner.DecoderRunner``)."""
 
+    defers_compaction = False
+
     def __init__(self, sessions: OrtSessions) -> None:
         self.sessions = sessions
         self.device = "cuda" if sessions.provider == CUDA else "cpu"

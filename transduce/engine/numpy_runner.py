@@ -12,6 +12,8 @@ from transduce.engine.runner import DecoderState, OrtSessions, empty_state, merg
 class NumpyRunner:
     """Host-memory decoder runner (see ``transduce.engine.runner.DecoderRunner``)."""
 
+    defers_compaction = True
+
     def __init__(self, sessions: OrtSessions) -> None:
         self.sessions = sessions
 

@@ -8,19 +8,23 @@ from typing import Any
 import onnxruntime as ort
 
 Run = Callable[[list[str], Mapping[str, Any]], list[Any]]
+CPU = "CPUExecutionProvider"
 
 
 def unchecked_run(session: ort.InferenceSession) -> Run:
     """``session.run`` straight into onnxruntime's C++ session, skipping what the Python wrapper checks at every call
-    (each required input named in the feed, each OrtValue's device, WebGPU graph capture): the engine feeds every input
-    as a numpy array, and a missing one still fails, in the C++ session. The checks cost about 10 us a call, 3-4 % of
-    an int8 decoder step at batch 1. Falls back to ``session.run`` where the wrapper keeps no C++ session in
-    ``_sess`` (onnxruntime 1.31's layout)."""
+    (each required input named in the feed, each OrtValue belonging to a compatible session, WebGPU graph capture):
+    the engine feeds every input as a numpy array, and a missing one still fails, in the C++ session. The checks cost
+    about 10 us a call, 3-4 % of an int8 decoder step at batch 1.
+
+    For sessions on the CPU only: the wrapper's retry on other providers after an execution provider failure is lost
+    here, and the C++ session is the one the wrapper held now (``set_providers`` later would not be seen). Other
+    sessions, and a wrapper that keeps no C++ session in ``_sess`` (onnxruntime 1.31's layout), get ``session.run``."""
     inner = getattr(session, "_sess", None)
-    if inner is None or not callable(getattr(inner, "run", None)):
+    if inner is None or not callable(getattr(inner, "run", None)) or session.get_providers()[:1] != [CPU]:
         return session.run
 
     def run(output_names: list[str], feed: Mapping[str, Any]) -> list[Any]:
-        return list(inner.run(output_names, feed, None))
+        return inner.run(output_names, feed, None)
 
     return run

@@ -146,6 +146,10 @@ class DecoderRunner(Protocol):
     """What the translator's decoding loop and the scheduler call."""
 
     sessions: OrtSessions
+    # greedy rows that finish may stay in the state until a quarter of it has (engine.translator._StateRows): where a
+    # gather copies every cache on the host; on a device a gather is cheap and extra rows cost a host copy of their
+    # log-probs (not measured on a GPU)
+    defers_compaction: bool
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> DecoderState:
         """Run the encoder once: (B, S) ids and mask -> a decoder state with cross K/V and an empty self cache."""

@@ -174,8 +174,9 @@ class GreedySearch:
         self.eos_id, self.min_length, self.alpha = eos_id, min_length, length_penalty
         self.no_repeat = no_repeat_ngram_size  # see repeat_bans; 0 = off
         self._rows = np.arange(batch_size, dtype=np.int64)  # (R,) sentence of each row
-        self._index = np.arange(batch_size, dtype=np.int64)  # never changed: its first R entries are "every row"
-        self._row_max = self.max_lengths  # (R,) max length of each row's sentence
+        self._index = np.arange(batch_size, dtype=np.int64)  # its first R entries are "every row", handed out
+        self._index.flags.writeable = False
+        self._row_max = self.max_lengths.copy()  # (R,) max length of each row's sentence
         self._seqs = np.zeros((batch_size, 0), dtype=np.int64)  # (R, step) generated ids of each row
         self._scores = np.zeros(batch_size, dtype=np.float64)  # (R,) summed log-probs
         self._results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]

@@ -289,16 +289,18 @@ class Translator:
         tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
         steps = 0
         rows: _StateRows | None = None  # greedy, once a row finished: which state rows the search's rows are
+        defer = runner.defers_compaction and isinstance(search, GreedySearch)  # rows only leave, in order
         while not search.is_done():
             log_probs = runner.step(tokens if rows is None else rows.spread(tokens, m.eos_id), state)
-            out = search.advance(log_probs if rows is None else log_probs[rows.kept])  # (R, V or C) -> tokens, parents
+            # (R, V or C) -> tokens, parents; the kept rows' log-probs are a copy (small: a quarter of rows at most go)
+            out = search.advance(log_probs if rows is None else log_probs[rows.kept])
             steps += 1
             if search.is_done():
                 break
             if on_finished is not None:  # the last step's sentences come back with the batch's result
                 for i, hyps in search.take_finished():
                     on_finished(i, hyps if vocab is None else _in_vocabulary(hyps, vocab))
-            if out.reordered and isinstance(search, GreedySearch):  # rows only leave, in order: the gather can wait
+            if out.reordered and defer:  # the gather can wait
                 rows = _StateRows(state.rows, out.parent_rows) if rows is None else rows.keep(out.parent_rows)
                 if rows.worth_compacting():
                     runner.reorder(state, rows.kept, rows.kept)  # greedy: one row per sentence
