@@ -8,7 +8,7 @@ from typing import Any
 import onnxruntime as ort
 
 Run = Callable[[list[str], Mapping[str, Any]], list[Any]]
-CPU = "CPUExecutionProvider"
+CPU = "CPUExecutionProvider"  # onnxruntime's CPU provider (engine.runner's CUDA beside it)
 
 
 def unchecked_run(session: ort.InferenceSession) -> Run:

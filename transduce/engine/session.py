@@ -20,7 +20,8 @@ from transduce.engine.heap import give_memory_back, keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
 from transduce.engine.manifest import Manifest
 from transduce.engine.numpy_runner import NumpyRunner
-from transduce.engine.runner import CPU, CUDA, DecoderRunner, OrtSessions
+from transduce.engine.ortrun import CPU
+from transduce.engine.runner import CUDA, DecoderRunner, OrtSessions
 from transduce.engine.shortlist import Shortlist, ShortlistConfig, load_table
 from transduce.engine.topk import SessionTopK
 

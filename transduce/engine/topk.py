@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from transduce.engine.denormals import open_session
-from transduce.engine.ortrun import unchecked_run
+from transduce.engine.ortrun import CPU, unchecked_run
 from transduce.engine.search import top_k
 
 _INT, _FLOAT, _INT64 = 2, 1, 7  # onnx AttributeProto.INT, TensorProto.FLOAT, TensorProto.INT64
@@ -69,7 +69,7 @@ class SessionTopK:
     """``top_k(x, k)`` (see ``transduce.engine.search.top_k``) run by an onnxruntime session on the CPU."""
 
     def __init__(self, options: ort.SessionOptions) -> None:
-        self._run = unchecked_run(open_session(topk_graph(), options, ["CPUExecutionProvider"]))
+        self._run = unchecked_run(open_session(topk_graph(), options, [CPU]))
 
     def __call__(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Per row the k largest entries, best first, ties to the lower id: (R, V) -> ids (R, k) int64, values

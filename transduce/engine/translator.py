@@ -288,12 +288,14 @@ class Translator:
         )
         tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
         steps = 0
-        rows: _StateRows | None = None  # greedy, once a row finished: which state rows the search's rows are
+        # greedy rows that finish stay in the state, fed eos and unread, until a quarter of it has finished: the
+        # caches are then gathered once, not at every step where a sentence ends (greedy b32 1.03-1.08x)
         defer = runner.defers_compaction and isinstance(search, GreedySearch)  # rows only leave, in order
+        kept: np.ndarray | None = None  # once a row finished: the state row of each of the search's rows, ascending
         while not search.is_done():
-            log_probs = runner.step(tokens if rows is None else rows.spread(tokens, m.eos_id), state)
+            log_probs = runner.step(tokens if kept is None else _spread(tokens, kept, state.rows, m.eos_id), state)
             # (R, V or C) -> tokens, parents; the kept rows' log-probs are a copy (small: a quarter of rows at most go)
-            out = search.advance(log_probs if rows is None else log_probs[rows.kept])
+            out = search.advance(log_probs if kept is None else log_probs[kept])
             steps += 1
             if search.is_done():
                 break
@@ -301,10 +303,10 @@ class Translator:
                 for i, hyps in search.take_finished():
                     on_finished(i, hyps if vocab is None else _in_vocabulary(hyps, vocab))
             if out.reordered and defer:  # the gather can wait
-                rows = _StateRows(state.rows, out.parent_rows) if rows is None else rows.keep(out.parent_rows)
-                if rows.worth_compacting():
-                    runner.reorder(state, rows.kept, rows.kept)  # greedy: one row per sentence
-                    rows = None
+                kept = out.parent_rows if kept is None else kept[out.parent_rows]
+                if (state.rows - len(kept)) * 4 >= state.rows:
+                    runner.reorder(state, kept, kept)  # greedy: one row per sentence
+                    kept = None
             elif out.reordered:
                 runner.reorder(
                     state,
@@ -325,28 +327,11 @@ class Translator:
         return hypotheses
 
 
-@dataclass
-class _StateRows:
-    """Greedy rows that finished stay in the decoder state, fed eos, their log-probs unread, until a quarter of the
-    state has finished: the caches are then gathered once instead of at every step where a sentence ends (a gather
-    copies every layer's cache; greedy b32 on the shipped model 1.03-1.08x)."""
-
-    total: int  # rows in the decoder state
-    kept: np.ndarray  # (R,) the state row of each of the search's rows, ascending
-
-    def keep(self, parents: np.ndarray) -> _StateRows:
-        """After a step whose surviving search rows are ``parents`` (ascending)."""
-        return _StateRows(self.total, self.kept[parents])
-
-    def spread(self, tokens: np.ndarray, filler: int) -> np.ndarray:
-        """(total,) the next input of every state row: the search rows' ``tokens``, ``filler`` for finished rows."""
-        out = np.full(self.total, filler, np.int64)
-        out[self.kept] = tokens
-        return out
-
-    def worth_compacting(self) -> bool:
-        """A quarter or more of the state's rows finished."""
-        return (self.total - len(self.kept)) * 4 >= self.total
+def _spread(tokens: np.ndarray, kept: np.ndarray, rows: int, filler: int) -> np.ndarray:
+    """(rows,) the next input of every state row: ``tokens`` at the ``kept`` rows, ``filler`` at finished ones."""
+    out = np.full(rows, filler, np.int64)
+    out[kept] = tokens
+    return out
 
 
 def _in_vocabulary(hyps: list[Hypothesis], vocab: np.ndarray) -> list[Hypothesis]:
