@@ -31,9 +31,10 @@ def shell_lines(section: str) -> list[str]:
     return lines
 
 
-def test_every_api_curl_example_works(tiny_translator: Translator) -> None:
+def test_every_api_curl_example_works(tiny_translator: Translator, tmp_path: Path) -> None:
     commands = [c for c in shell_lines("Call the API") if c.startswith("curl")]
     assert len(commands) >= 9
+    (tmp_path / "notes.txt").write_text("Meeting notes.\n\nThe house is small. The dog sleeps.\n")  # file=@notes.txt
     with live_server(tiny_translator) as url:
         for command in commands:
             result = subprocess.run(
@@ -42,6 +43,7 @@ def test_every_api_curl_example_works(tiny_translator: Translator) -> None:
                 capture_output=True,
                 text=True,
                 timeout=120,
+                cwd=tmp_path,
             )
             body, _, status = result.stdout.rpartition("\n")
             assert result.returncode == 0 and status == "200", (command, status, body[:300])
