@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from transduce.engine.beam import BeamSearch
 from transduce.engine.cache import reorder
-from transduce.engine.search import BeamSearch, GreedySearch, SearchStrategy
+from transduce.engine.search import GreedySearch, SearchStrategy
 
 EOS, V = 0, 7
 

@@ -17,6 +17,7 @@ import pytest
 from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig
 from transduce.engine.runner import DecoderState
+from transduce.engine.running import RunningBatch
 from transduce.engine.scheduler import StepScheduler, StepStats
 from transduce.engine.translator import Translator
 
@@ -63,10 +64,20 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> No
 
 @pytest.mark.parametrize("batch_size", [2, 32])
 async def test_outputs_equal_standalone_decoding_through_joins_and_leaves(
-    tiny_translator: Translator, batch_size: int
+    tiny_translator: Translator, batch_size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Greedy and beam, both directions, n-best: requests arrive while others decode, sentences join and leave."""
+    moves: list[int] = []
+    move = RunningBatch._move_last_rows
+
+    def counted(batch: RunningBatch, at: int, n: int) -> None:
+        moves.append(batch.beam)
+        move(batch, at, n)
+
+    monkeypatch.setattr(RunningBatch, "_move_last_rows", counted)
     await joins_and_leaves_match_standalone(tiny_translator, batch_size)
+    if batch_size == 32:  # room for every request: newcomers joined lanes that others followed, greedy and beam
+        assert set(moves) == {1, 3}
 
 
 @pytest.mark.parametrize("batch_size", [2, 32])
@@ -148,6 +159,9 @@ async def joins_and_leaves_match_standalone(translator: Translator, batch_size: 
         # the repeat guard, greedy and beam: its bans read each row's own history only
         (EN[1:4], "en", "de", DecodeOptions(beam_size=1, no_repeat_ngram_size=2)),
         (DE[2:], "de", "en", DecodeOptions(beam_size=3, num_hypotheses=2, no_repeat_ngram_size=3)),
+        # the options of a lane that others followed: the newcomers' rows move up to their lane's
+        (DE[:3], "de", "en", DecodeOptions(beam_size=3)),
+        (EN[2:], "en", "de", DecodeOptions(beam_size=1)),
     ]
     async with running(translator, max_batch_size=batch_size) as (scheduler, steps):
         tasks = []

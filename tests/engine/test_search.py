@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from transduce.engine.beam import BeamSearch
 from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.search import (
-    BeamSearch,
     GreedySearch,
     Hypothesis,
     SearchStrategy,
@@ -146,6 +146,71 @@ def test_sentences_are_independent_and_finished_rows_leave(beam_size: int) -> No
         alone = make(1)
         drive(alone, sentence_model(i))
         assert alone.finalize()[0] == together.finalize()[i]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_sentences_joining_mid_search_and_remapped_columns_search_as_alone(beam_size: int) -> None:
+    """Sentences join a running search after 2 and 4 steps (each with its own step count for min length, max
+    length, length penalty and repeat bans), and at step 5 the columns change meaning (a rebuilt shortlist union):
+    every sentence gets the hypotheses and scores it gets searched alone."""
+    lengths = {0: 9, 1: 3, 2: 12, 3: 6, 4: 10}
+    options = DecodeOptions(
+        beam_size=beam_size,
+        num_hypotheses=min(2, beam_size),
+        min_decoding_length=2,
+        length_penalty=0.6,
+        no_repeat_ngram_size=2,
+    )
+
+    def make(sentences: list[int], eos: int = EOS) -> SearchStrategy:
+        return make_search(
+            len(sentences), options, eos_id=eos, max_lengths=[lengths[i] for i in sentences], full_rows=True
+        )
+
+    together = make([0, 1])
+    ids = [0, 1]  # the search's sentence index -> our sentence
+    width, pos = V, np.arange(V)  # log-prob columns and where each vocabulary id is among them
+    prefixes: list[list[int]] = [[] for _ in together.row_sentence]  # per row, in vocabulary ids
+    got: dict[int, list[Hypothesis]] = {}
+    for step in range(60):
+        if step == 2:
+            assert together.join([lengths[2], lengths[3]]) == 2
+            ids += [2, 3]
+        if step == 4:
+            assert together.join([lengths[4]]) == 4
+            ids += [4]
+        if step in (2, 4):
+            prefixes += [[] for _ in range(len(together.row_sentence) - len(prefixes))]
+        if step == 5:  # two more columns, every id moved
+            new_pos = np.array([3, 0, 7, 1, 5, 2])
+            moved = np.zeros(width, np.int64)  # old column -> new column
+            moved[pos] = new_pos
+            together.remap(moved, int(new_pos[EOS]))
+            width, pos = V + 2, new_pos
+        if together.is_done():
+            break
+        rows = np.full((len(prefixes), width), -np.inf, np.float32)
+        for r, (s, prefix) in enumerate(zip(together.row_sentence, prefixes, strict=True)):
+            rows[r, pos] = per_sentence(ids[int(s)], prefix)
+        out = together.advance(rows)
+        to_id = np.full(width, -1)  # column -> vocabulary id (columns no id has are never chosen)
+        to_id[pos] = np.arange(V)
+        prefixes = [prefixes[r] + [int(to_id[t])] for r, t in zip(out.parent_rows, out.tokens, strict=True)]
+        for i, hyps in together.take_finished(forget=True):
+            got[ids[i]] = [Hypothesis(to_id[h.tokens].tolist(), h.score) for h in hyps]
+    assert together.is_done() and sorted(got) == [0, 1, 2, 3, 4]
+    assert together.finalize() == [[]] * 5  # forgotten as they were taken
+    for sentence, hyps in got.items():
+        alone = make([sentence])
+        drive(alone, sentence_model(sentence))
+        assert alone.finalize()[0] == hyps, sentence
+
+
+def test_only_a_full_rows_beam_search_takes_newcomers() -> None:
+    with pytest.raises(ValueError, match="full_rows"):
+        BeamSearch(1, beam_size=2, eos_id=EOS, max_lengths=[5]).join([5])
+    with pytest.raises(ValueError, match=">= 1"):
+        GreedySearch(1, eos_id=EOS, max_lengths=[5]).join([0])
 
 
 def test_empty_batch_and_bad_arguments() -> None:

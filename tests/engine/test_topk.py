@@ -9,8 +9,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from transduce.engine.beam import BeamSearch
 from transduce.engine.options import DecodeOptions
-from transduce.engine.search import BeamSearch, top_k
+from transduce.engine.search import top_k
 from transduce.engine.topk import SessionTopK, topk_graph
 from transduce.engine.translator import Translator
 

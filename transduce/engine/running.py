@@ -1,14 +1,15 @@
 """A running batch: the sentences of one beam width decoding together, joining between steps and leaving when done.
 
-Sentences admitted at the same step form a cohort with its own search object (greedy or beam, as in
-``Translator``); the cohorts' rows lie one after another in the decoder state, so one decoder step and one cache
-reorder serve all of them. A newcomer's cache is padded at the start to the batch's length and masked (see
-``transduce.engine.runner.DecoderState``), so its output does not depend on its batch-mates.
+The sentences of one set of options form a lane with one search object (greedy or beam, as in ``Translator``),
+which newcomers join (``SearchStrategy.join``) with step counts of their own; the lanes' rows lie one after another
+in the decoder state, so one decoder step, one search per lane and one cache reorder serve every sentence. A
+newcomer's cache is padded at the start to the batch's length and masked (see ``transduce.engine.runner.DecoderState``),
+so its output does not depend on its batch-mates.
 
-With a vocabulary shortlist (``transduce.engine.shortlist``) the decoder scores the union of the live cohorts'
-candidates, rebuilt when a cohort joins or leaves, and every row is normalised over its own sentence's candidates
-(the state's vocab_mask). Each cohort's search works in positions of its own candidate array, fixed for its life, so
-a rebuilt union only changes which columns of the log-probs the cohort reads.
+With a vocabulary shortlist (``transduce.engine.shortlist``) the decoder scores the union of the candidates of the
+sentences decoding, kept per cohort (the sentences that joined together) and rebuilt when a cohort joins or its
+last sentence leaves; every row is normalised over its own sentence's candidates (the state's vocab_mask). The
+searches work in positions of the union, remapped when it is rebuilt (``SearchStrategy.remap``).
 """
 
 from __future__ import annotations
@@ -45,31 +46,32 @@ class Job:
 
 @dataclass(eq=False)
 class Cohort:
-    """Sentences that joined at the same step, with their search."""
+    """Sentences that joined at the same step: with a shortlist, their candidate ids (sorted) stay in the batch's
+    union while any of them decodes."""
 
-    jobs: list[Job]
+    vocab: np.ndarray | None
+    live: int  # of them, how many still decode
+
+
+@dataclass(eq=False)
+class Lane:
+    """The sentences of one set of options, searched by one object; their rows lie together in the state."""
+
+    options: DecodeOptions
     search: SearchStrategy
-    rows: int  # current rows in the decoder state
-    vocab: np.ndarray | None = None  # with a shortlist: the sorted candidate ids its search's positions index
-    columns: np.ndarray | None = None  # where they are in the batch's candidates (None: every column, in order)
-    live: list[bool] = field(init=False)  # per job: still decoding
-
-    def __post_init__(self) -> None:
-        self.live = [True] * len(self.jobs)
-
-    @property
-    def sentences(self) -> int:
-        """Sentences still decoding."""
-        return sum(self.live)
+    rows: int = 0  # current rows in the decoder state
+    jobs: dict[int, Job] = field(default_factory=dict)  # by the search's sentence index: those still decoding
+    cohorts: dict[int, Cohort] = field(default_factory=dict)  # the same keys: each sentence's cohort
 
 
 class RunningBatch:
-    """The state, cohorts and next input tokens of the sentences of one beam width."""
+    """The state, lanes and next input tokens of the sentences of one beam width."""
 
     def __init__(self, runner: DecoderRunner, manifest: Manifest, beam: int) -> None:
         self.runner, self.manifest, self.beam = runner, manifest, beam
         self.state: DecoderState | None = None
-        self.cohorts: list[Cohort] = []
+        self.lanes: list[Lane] = []
+        self.cohorts: list[Cohort] = []  # with a shortlist: those with sentences decoding
         self.tokens = np.zeros(0, np.int64)  # (R,) next input token of every row
         self.shortlist = runner.sessions.shortlist if runner.sessions.shortlist_masks else None
         self.vocab: np.ndarray | None = None  # with a shortlist: the union of the live cohorts' candidates, sorted
@@ -77,16 +79,15 @@ class RunningBatch:
     @property
     def sentences(self) -> int:
         """Sentences decoding now."""
-        return sum(c.sentences for c in self.cohorts)
+        return sum(len(lane.jobs) for lane in self.lanes)
 
     def live_jobs(self) -> list[Job]:
         """The jobs decoding now."""
-        return [job for c in self.cohorts for job, live in zip(c.jobs, c.live, strict=True) if live]
+        return [job for lane in self.lanes for job in lane.jobs.values()]
 
     def join(self, jobs: list[Job]) -> tuple[int, int]:
-        """Encode ``jobs`` in one encoder pass per distinct options and append them to the batch (each job's
-        beam_size is ``self.beam``; other options differing make separate cohorts); returns the source tokens and
-        the padded source positions encoded."""
+        """Encode ``jobs`` in one encoder pass per distinct options and add them to the lane of their options (each
+        job's beam_size is ``self.beam``); returns the source tokens and the padded source positions encoded."""
         m, real, padded = self.manifest, 0, 0
         for options, group in _by_options(jobs).items():
             S = max(len(j.ids) for j in group)
@@ -100,15 +101,6 @@ class RunningBatch:
                 self.runner.reorder(state, np.repeat(np.arange(len(group)), self.beam), None)
             max_lengths = options.max_lengths([len(j.ids) for j in group], m.max_positions - 1)
             vocab, own = (None, None) if self.shortlist is None else self.shortlist.batch([j.ids for j in group])
-            eos = m.eos_id if vocab is None else int(np.searchsorted(vocab, m.eos_id))
-            search = make_search(
-                len(group),
-                options,
-                eos_id=eos,
-                max_lengths=max_lengths,
-                full_rows=True,
-                select_top_k=self.runner.sessions.top_k,
-            )
             masks, projection = self._detach_masks()
             try:
                 merged = state if self.state is None else self.runner.merge(self.state, state)
@@ -117,10 +109,41 @@ class RunningBatch:
                     self.state.vocab_mask, self.state.projection = masks, projection
                 raise
             self.state = merged
-            self.cohorts.append(Cohort(group, search, state.rows, vocab))
+            cohort = Cohort(vocab, len(group))
+            self.cohorts.append(cohort)
+            old = self._rebuild_candidates()
+            at = next((i for i, lane in enumerate(self.lanes) if lane.options == options), len(self.lanes))
+            if at == len(self.lanes):
+                eos = m.eos_id if self.vocab is None else int(np.searchsorted(self.vocab, m.eos_id))
+                search = make_search(
+                    len(group),
+                    options,
+                    eos_id=eos,
+                    max_lengths=max_lengths,
+                    full_rows=True,
+                    select_top_k=self.runner.sessions.top_k,
+                )
+                self.lanes.append(Lane(options, search))
+                first = 0
+            else:
+                first = self.lanes[at].search.join(max_lengths)
+            lane = self.lanes[at]
+            for i, job in enumerate(group):
+                lane.jobs[first + i], lane.cohorts[first + i] = job, cohort
             self.tokens = np.concatenate([self.tokens, np.full(state.rows, m.decoder_start_id, np.int64)])
-            self._attach_masks(masks, None if own is None or vocab is None else (own, vocab))
+            self._attach_masks(masks, old, None if own is None or vocab is None else (own, vocab))
+            if at < len(self.lanes) - 1:  # the newcomers' rows go right after their lane's
+                self._move_last_rows(at, state.rows)
+            lane.rows += state.rows
         return real, padded
+
+    def _move_last_rows(self, at: int, n: int) -> None:
+        """Move the state's last ``n`` rows (and their sentences) to the end of lane ``at``'s rows."""
+        assert self.state is not None
+        R, end = self.state.rows, sum(lane.rows for lane in self.lanes[: at + 1])
+        rows = np.concatenate([np.arange(end), np.arange(R - n, R), np.arange(end, R - n)])
+        self.runner.reorder(self.state, rows, rows[:: self.beam] // self.beam)  # beam rows per sentence, in order
+        self.tokens = self.tokens[rows]
 
     def _detach_masks(self) -> tuple[np.ndarray | None, ProjectionRows | None]:
         """Take the running rows' candidate masks (over ``self.vocab``) and projection off the state before a
@@ -131,17 +154,27 @@ class RunningBatch:
         self.state.vocab_mask = self.state.projection = None
         return taken
 
-    def _attach_masks(self, masks: np.ndarray | None, joined: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """Rebuild the batch's candidates from its cohorts', and give the state their projection rows and every
-        row's mask over them: the running rows' ``masks`` (over the old candidates) moved to their new columns, then
-        the ``joined`` sentences' own masks over their cohort's candidates (beam rows each, at the end)."""
-        if self.shortlist is None or self.state is None:
-            return
+    def _rebuild_candidates(self) -> np.ndarray | None:
+        """With a shortlist: make ``self.vocab`` the union of the live cohorts' candidates and move every lane's
+        search to its positions; returns the union before."""
         old = self.vocab
+        if self.shortlist is None:
+            return old
         self.vocab = np.unique(np.concatenate([c.vocab for c in self.cohorts if c.vocab is not None]))
-        for cohort in self.cohorts:
-            assert cohort.vocab is not None
-            cohort.columns = np.searchsorted(self.vocab, cohort.vocab)
+        if old is not None and self.lanes:
+            positions, eos = np.searchsorted(self.vocab, old), int(np.searchsorted(self.vocab, self.manifest.eos_id))
+            for lane in self.lanes:
+                lane.search.remap(positions, eos)
+        return old
+
+    def _attach_masks(
+        self, masks: np.ndarray | None, old: np.ndarray | None, joined: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> None:
+        """Give the state the projection rows of ``self.vocab`` and every row's mask over them: the running rows'
+        ``masks`` (over the ``old`` candidates) moved to their new columns, then the ``joined`` sentences' own masks
+        over their cohort's candidates (beam rows each, at the end)."""
+        if self.shortlist is None or self.state is None or self.vocab is None:
+            return
         parts = []
         if masks is not None and old is not None:
             parts.append(_in_columns(masks, old, self.vocab))
@@ -151,6 +184,14 @@ class RunningBatch:
         self.state.vocab_mask = np.concatenate(parts)
         self.state.projection = self.shortlist.rows(self.vocab)
 
+    def _leave(self, lane: Lane, sentence: int) -> Job:
+        """Take a finished or dropped sentence off its lane; its cohort leaves with its last sentence."""
+        cohort = lane.cohorts.pop(sentence)
+        cohort.live -= 1
+        if not cohort.live:
+            self.cohorts.remove(cohort)
+        return lane.jobs.pop(sentence)
+
     def step(self) -> int:
         """One decoder step for every row; finished sentences are handed over and leave, cancelled ones are
         dropped; returns how many sentences finished."""
@@ -158,45 +199,47 @@ class RunningBatch:
         log_probs = self.runner.step(self.tokens, self.state)  # (R, V)
         rows, sentences, tokens, finished = [], [], [], 0
         row0 = sent0 = 0
-        for cohort in self.cohorts:
-            n_sent = cohort.rows // self.beam  # full rows: beam rows per sentence, always
-            mine = log_probs[row0 : row0 + cohort.rows]
-            out = cohort.search.advance(mine if cohort.columns is None else mine[:, cohort.columns])
+        cohorts = len(self.cohorts)
+        for lane in self.lanes:
+            mine = log_probs if lane.rows == len(log_probs) else log_probs[row0 : row0 + lane.rows]
+            out = lane.search.advance(mine)
             parent_rows, parent_sents, next_tokens = out.parent_rows, out.parent_sentences, out.tokens
-            gone = [i for i, job in enumerate(cohort.jobs) if cohort.live[i] and job.cancelled()]
+            gone = [i for i, job in lane.jobs.items() if job.cancelled()]
             if gone:
-                keep_rows, keep_sents = cohort.search.drop(gone)
+                keep_rows, keep_sents = lane.search.drop(gone)
                 parent_rows, next_tokens = parent_rows[keep_rows], next_tokens[keep_rows]
                 parent_sents = parent_sents[keep_sents]
                 for i in gone:
-                    cohort.live[i] = False
-            for i, hyps in cohort.search.take_finished():
-                cohort.live[i] = False
-                if cohort.vocab is not None:  # candidate positions -> vocabulary ids
-                    hyps = [Hypothesis(cohort.vocab[h.tokens].tolist(), h.score) for h in hyps]
-                cohort.jobs[i].done(hyps)
+                    self._leave(lane, i)
+            for i, hyps in lane.search.take_finished(forget=True):
+                if i not in lane.jobs:  # dropped above
+                    continue
+                if self.vocab is not None:  # candidate positions -> vocabulary ids
+                    hyps = [Hypothesis(self.vocab[h.tokens].tolist(), h.score) for h in hyps]
+                self._leave(lane, i).done(hyps)
                 finished += 1
             rows.append(parent_rows + row0)
             sentences.append(parent_sents + sent0)
-            tokens.append(next_tokens if cohort.vocab is None else cohort.vocab[next_tokens])
-            row0, sent0 = row0 + cohort.rows, sent0 + n_sent
-            cohort.rows = len(next_tokens)
-        left = len(self.cohorts)
-        self.cohorts = [c for c in self.cohorts if c.rows]
+            tokens.append(next_tokens if self.vocab is None else self.vocab[next_tokens])
+            row0, sent0 = row0 + lane.rows, sent0 + lane.rows // self.beam  # beam rows per sentence, always
+            lane.rows = len(next_tokens)
+        self.lanes = [lane for lane in self.lanes if lane.rows]
         self.tokens = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
         all_rows, all_sentences = np.concatenate(rows), np.concatenate(sentences)
         self.runner.reorder(self.state, unless_identity(all_rows, row0), unless_identity(all_sentences, sent0))
         self.runner.trim(self.state)
-        if not self.cohorts:
-            self.state, self.vocab = None, None
-        elif len(self.cohorts) < left:  # a cohort left: its candidates no longer cost a column
-            self._attach_masks(self._detach_masks()[0])
+        if not self.lanes:
+            self.state, self.vocab, self.cohorts = None, None, []
+        elif len(self.cohorts) < cohorts:  # a cohort left: its candidates no longer cost a column
+            masks = self._detach_masks()[0]
+            self._attach_masks(masks, self._rebuild_candidates())
         return finished
 
     def fail(self) -> list[Job]:
         """Empty the batch after an error; returns the jobs that were still decoding."""
         jobs = self.live_jobs()
-        self.state, self.cohorts, self.tokens, self.vocab = None, [], np.zeros(0, np.int64), None
+        self.state, self.lanes, self.cohorts = None, [], []
+        self.tokens, self.vocab = np.zeros(0, np.int64), None
         return jobs
 
 

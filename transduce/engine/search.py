@@ -1,4 +1,10 @@
-"""Search strategies as small objects (advance / is_done / finalize) driven by per-row log-probs; numpy only."""
+"""Search strategies as small objects (advance / is_done / finalize) driven by per-row log-probs; numpy only.
+
+Greedy search is here, beam search in ``transduce.engine.beam``. Both can take on new sentences between two steps
+(``join``), each with its own step count, so a running batch searches all its sentences of one set of options with
+one object (``transduce.engine.running``). A row's generated ids are kept left-padded with -1 in an (R, T) array,
+T the longest history; padding no row needs is cut off as rows leave.
+"""
 
 from __future__ import annotations
 
@@ -41,9 +47,13 @@ class SearchStrategy(Protocol):
 
     def finalize(self) -> list[list[Hypothesis]]: ...
 
-    def take_finished(self) -> list[tuple[int, list[Hypothesis]]]: ...
+    def take_finished(self, *, forget: bool = False) -> list[tuple[int, list[Hypothesis]]]: ...
 
     def drop(self, sentences: Sequence[int]) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def join(self, max_lengths: Sequence[int]) -> int: ...
+
+    def remap(self, positions: np.ndarray, eos_id: int) -> None: ...
 
     @property
     def row_sentence(self) -> np.ndarray: ...
@@ -102,7 +112,7 @@ def _argmax_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 def repeat_bans(seqs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Which ids each row must not choose next: those that would complete an n-gram its hypothesis already holds.
-    (R, T) generated ids -> (rows, ids) to mask, or None when no row has any (n = 0: off)."""
+    (R, T) generated ids, left-padded with -1 -> (rows, ids) to mask, or None when no row has any (n = 0: off)."""
     R, T = seqs.shape
     if n < 2 or n > T:
         return None
@@ -113,19 +123,17 @@ def repeat_bans(seqs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray] | Non
             return None
         match &= seqs[:, i : W + i] == seqs[:, W + i : W + i + 1]
     rows, at = np.nonzero(match)
-    return (rows, seqs[rows, at + n - 1]) if len(rows) else None
+    ids = seqs[rows, at + n - 1]
+    real = ids >= 0  # a row with fewer than n - 1 ids of its own matches only its left padding (-1)
+    return (rows[real], ids[real]) if real.any() else None
 
 
-def _masked(log_probs: np.ndarray, bans: tuple[np.ndarray, np.ndarray] | None, column: int | None = None) -> np.ndarray:
-    """``log_probs`` with the banned (row, id) pairs and, if given, a whole column at -inf: one copy, so the caller's
-    array stays as it was."""
-    if bans is None and column is None:
+def _masked(log_probs: np.ndarray, bans: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """``log_probs`` with the banned (row, id) pairs at -inf: one copy, so the caller's array stays as it was."""
+    if bans is None:
         return log_probs
     log_probs = log_probs.copy()
-    if bans is not None:
-        log_probs[bans] = -np.inf
-    if column is not None:
-        log_probs[:, column] = -np.inf
+    log_probs[bans] = -np.inf
     return log_probs
 
 
@@ -157,6 +165,33 @@ def _check_log_probs(log_probs: np.ndarray, n_rows: int, eos_id: int, done: bool
     return log_probs
 
 
+def _grown(seqs: np.ndarray, tokens: np.ndarray, longest: int) -> np.ndarray:
+    """(R, T) left-padded histories and this step's ids (R,) -> (R, <= T + 1), without the padding columns no row
+    needs (``longest``: the longest history, this step's id included)."""
+    out = np.concatenate([seqs, tokens[:, None]], axis=1)
+    return out[:, out.shape[1] - longest :] if longest < out.shape[1] else out
+
+
+def _history(seqs: np.ndarray, row: int, length: int) -> list[int]:
+    """The last ``length`` generated ids of ``row`` (what precedes them is padding or belongs to no one)."""
+    return seqs[row, seqs.shape[1] - length :].tolist()
+
+
+def _remapped(seqs: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Left-padded histories with every id ``i`` replaced by ``positions[i]`` (padding stays -1)."""
+    return np.where(seqs >= 0, positions[seqs], -1)
+
+
+def _remapped_hyps(held: dict[int, list[Hypothesis]], positions: np.ndarray) -> dict[int, list[Hypothesis]]:
+    return {i: [Hypothesis(positions[h.tokens].tolist(), h.score) for h in hyps] for i, hyps in held.items()}
+
+
+def _read_only_range(n: int) -> np.ndarray:
+    index = np.arange(n, dtype=np.int64)
+    index.flags.writeable = False
+    return index
+
+
 class GreedySearch:
     """Arg-max decoding (beam_size=1): a row leaves as soon as it emits eos or reaches its max length."""
 
@@ -170,18 +205,18 @@ class GreedySearch:
         length_penalty: float = 0.0,
         no_repeat_ngram_size: int = 0,
     ) -> None:
-        self.max_lengths = _check(batch_size, eos_id, max_lengths, min_length, length_penalty)
+        lengths = _check(batch_size, eos_id, max_lengths, min_length, length_penalty)
         self.eos_id, self.min_length, self.alpha = eos_id, min_length, length_penalty
         self.no_repeat = no_repeat_ngram_size  # see repeat_bans; 0 = off
         self._rows = np.arange(batch_size, dtype=np.int64)  # (R,) sentence of each row
-        self._index = np.arange(batch_size, dtype=np.int64)  # its first R entries are "every row", handed out
-        self._index.flags.writeable = False
-        self._row_max = self.max_lengths.copy()  # (R,) max length of each row's sentence
-        self._seqs = np.zeros((batch_size, 0), dtype=np.int64)  # (R, step) generated ids of each row
+        self._index = _read_only_range(batch_size)  # its first R entries are "every row", handed out
+        self._row_max = lengths.copy()  # (R,) max length of each row's sentence
+        self._row_step = np.zeros(batch_size, dtype=np.int64)  # (R,) ids each row generated so far
+        self._seqs = np.zeros((batch_size, 0), dtype=np.int64)  # (R, T) generated ids, left-padded with -1
         self._scores = np.zeros(batch_size, dtype=np.float64)  # (R,) summed log-probs
-        self._results: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+        self._results: dict[int, list[Hypothesis]] = {}  # by sentence, once finished
         self._just_finished: list[int] = []  # sentences finished since the last take_finished()
-        self._step = 0
+        self._count = batch_size  # sentences so far (joined ones included)
 
     @property
     def row_sentence(self) -> np.ndarray:
@@ -199,39 +234,44 @@ class GreedySearch:
             log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat))
         R = len(self._rows)
         best = log_probs.argmax(axis=1)  # (R,) first maximum = lowest id on ties
-        if self._step < self.min_length:  # eos forbidden: re-pick only the rows that chose it
-            banned = np.flatnonzero(best == self.eos_id)
+        if self.min_length:  # eos forbidden before min_length: re-pick only the rows that chose it
+            banned = np.flatnonzero((best == self.eos_id) & (self._row_step < self.min_length))
             if len(banned):
                 sub = log_probs[banned].copy()  # (r, V)
                 sub[:, self.eos_id] = -np.inf
                 best[banned] = sub.argmax(axis=1)
         same = self._index[:R]
         self._scores += log_probs[same, best]
-        self._step += 1
-        ended = (best == self.eos_id) | (self._row_max <= self._step)  # (R,)
+        self._row_step += 1
+        ended = (best == self.eos_id) | (self._row_max <= self._row_step)  # (R,)
         if not ended.any():  # the common step: every row goes on in place
             best = best.astype(np.int64, copy=False)
             self._seqs = np.concatenate([self._seqs, best[:, None]], axis=1)
             return StepOutput(best, same, same, reordered=False)
-        lp = float(length_penalty(self._step, self.alpha))
         for r in np.flatnonzero(ended).tolist():
-            tokens = self._seqs[r].tolist() + ([] if best[r] == self.eos_id else [int(best[r])])
+            n = int(self._row_step[r])  # ids generated, this step's included
+            tokens = _history(self._seqs, r, n - 1) + ([] if best[r] == self.eos_id else [int(best[r])])
+            lp = float(length_penalty(n, self.alpha))
             self._results[int(self._rows[r])] = [Hypothesis(tokens, float(self._scores[r] / lp))]
             self._just_finished.append(int(self._rows[r]))
         parents = np.flatnonzero(~ended).astype(np.int64)  # (R',)
         tokens_next = best[parents].astype(np.int64)  # (R',)
-        self._rows, self._row_max = self._rows[parents], self._row_max[parents]
-        self._seqs = np.concatenate([self._seqs[parents], tokens_next[:, None]], axis=1)
+        self._rows, self._row_max, self._row_step = self._rows[parents], self._row_max[parents], self._row_step[parents]
+        longest = int(self._row_step.max()) if len(parents) else 0
+        self._seqs = _grown(self._seqs[parents], tokens_next, longest)
         self._scores = self._scores[parents]
         return StepOutput(tokens_next, parents, parents)
 
     def finalize(self) -> list[list[Hypothesis]]:
-        """One hypothesis per sentence, in input order (empty for a sentence still running)."""
-        return [list(r) for r in self._results]
+        """One hypothesis per sentence, in input order (empty for a sentence still running, dropped or forgotten)."""
+        return [list(self._results.get(i, [])) for i in range(self._count)]
 
-    def take_finished(self) -> list[tuple[int, list[Hypothesis]]]:
-        """(sentence, its hypothesis) of every sentence that finished since the last call."""
+    def take_finished(self, *, forget: bool = False) -> list[tuple[int, list[Hypothesis]]]:
+        """(sentence, its hypothesis) of every sentence that finished since the last call; ``forget``: the search
+        keeps no copy (finalize() will not list them), so a long-running search does not grow."""
         done, self._just_finished = self._just_finished, []
+        if forget:
+            return [(i, self._results.pop(i, [])) for i in done]
         return [(i, list(self._results[i])) for i in done]
 
     def drop(self, sentences: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -239,145 +279,30 @@ class GreedySearch:
         sentences stay, as boolean masks (here rows are sentences), to filter the last StepOutput with."""
         keep = ~np.isin(self._rows, np.asarray(sentences, dtype=np.int64))  # (R,)
         self._rows, self._seqs, self._scores = self._rows[keep], self._seqs[keep], self._scores[keep]
-        self._row_max = self._row_max[keep]
+        self._row_max, self._row_step = self._row_max[keep], self._row_step[keep]
         return keep, keep
 
+    def join(self, max_lengths: Sequence[int]) -> int:
+        """Take on ``len(max_lengths)`` new sentences, one row each after the current rows, with no history yet;
+        returns the index of the first (they are numbered on from the sentences so far)."""
+        n = len(max_lengths)
+        lengths = _check(n, self.eos_id, max_lengths, self.min_length, self.alpha)
+        first, self._count = self._count, self._count + n
+        self._rows = np.concatenate([self._rows, np.arange(first, first + n, dtype=np.int64)])
+        self._row_max = np.concatenate([self._row_max, lengths])
+        self._row_step = np.concatenate([self._row_step, np.zeros(n, np.int64)])
+        self._scores = np.concatenate([self._scores, np.zeros(n)])
+        self._seqs = np.concatenate([self._seqs, np.full((n, self._seqs.shape[1]), -1, np.int64)])
+        if len(self._rows) > len(self._index):
+            self._index = _read_only_range(len(self._rows))
+        return first
 
-class BeamSearch:
-    """Beam search with the GNMT length penalty.
-
-    A sentence ends once ``beam_size`` hypotheses finished (fairseq's rule), or earlier, as soon as its
-    ``num_hypotheses`` best finished scores can no longer be beaten: log-probs are <= 0, so an open hypothesis
-    with summed score s ends with a normalised score <= s / length_penalty(max_length). Stopping there returns
-    exactly what running on would (CTranslate2 stops once the top beam ends, the same rule for alpha = 0).
-    """
-
-    def __init__(
-        self,
-        batch_size: int,
-        *,
-        beam_size: int,
-        eos_id: int,
-        max_lengths: Sequence[int],
-        num_hypotheses: int = 1,
-        length_penalty: float = 0.6,
-        min_length: int = 0,
-        full_rows: bool = False,
-        select_top_k: TopK = top_k,
-        no_repeat_ngram_size: int = 0,
-    ) -> None:
-        self.max_lengths = _check(batch_size, eos_id, max_lengths, min_length, length_penalty)
-        self.no_repeat = no_repeat_ngram_size  # see repeat_bans; 0 = off
-        self._top_k = select_top_k  # top_k above, or the same on onnxruntime's kernel (transduce.engine.topk)
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-        if not 1 <= num_hypotheses <= beam_size:
-            raise ValueError(f"num_hypotheses must be between 1 and beam_size ({beam_size}), got {num_hypotheses}")
-        self.beam, self.n_best, self.eos_id = beam_size, num_hypotheses, eos_id
-        self.min_length, self.alpha = min_length, length_penalty
-        self._alive = np.arange(batch_size, dtype=np.int64)  # (N,) sentences still searching, in row order
-        # rows per alive sentence: 1 before the first step, beam_size afterwards; with full_rows beam_size from the
-        # start (one live row, the others at -inf), so a running batch always has beam_size rows per sentence
-        self._per_sentence = beam_size if full_rows else 1
-        first = np.where(np.arange(self._per_sentence) == 0, 0.0, -np.inf)  # (k,) scores of a sentence's rows
-        self._seqs = np.zeros((batch_size * self._per_sentence, 0), dtype=np.int64)  # (R, step) generated ids
-        self._scores = np.tile(first, batch_size)  # (R,) summed log-probs; -inf for a padding row
-        self._finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
-        self._n_finished = np.zeros(batch_size, dtype=np.int64)  # (B,)
-        self._nth_best = np.full(batch_size, -np.inf)  # (B,) num_hypotheses-th best finished score (-inf: too few)
-        self._just_finished: list[int] = []  # sentences finished since the last take_finished()
-        self._step = 0
-
-    @property
-    def row_sentence(self) -> np.ndarray:
-        """(R,) original sentence index of each active row."""
-        return np.repeat(self._alive, self._per_sentence)
-
-    def is_done(self) -> bool:
-        """True when every sentence has finished."""
-        return len(self._alive) == 0
-
-    def advance(self, log_probs: np.ndarray) -> StepOutput:
-        """Expand every beam by one token, move eos candidates to the finished lists, keep the best beam_size."""
-        N, k, beam, eos = len(self._alive), self._per_sentence, self.beam, self.eos_id
-        log_probs = _check_log_probs(log_probs, N * k, eos, self.is_done())
-        forbidden_eos = eos if self._step < self.min_length else None
-        log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat), forbidden_eos)
-        R, V = log_probs.shape
-        # Adding a row's own score keeps the order within the row, so each row's top 2*beam tokens suffice.
-        c = min(2 * beam, V)
-        tok, val = self._top_k(log_probs, c)  # (R, c)
-        total = (self._scores[:, None] + val.astype(np.float64)).reshape(N, k * c)  # (N, k*c) candidate scores
-        flat = ((np.arange(R) % k)[:, None] * V + tok).reshape(N, k * c)  # (N, k*c) beam_row * V + token
-        order = np.lexsort((flat, -total), axis=1)[:, : 2 * beam]  # best first; ties: lower flat index
-        flat, total = np.take_along_axis(flat, order, axis=1), np.take_along_axis(total, order, axis=1)
-        if flat.shape[1] < beam:  # tiny vocabulary on the first step: pad with impossible candidates
-            pad = beam - flat.shape[1]
-            flat = np.pad(flat, ((0, 0), (0, pad)))
-            total = np.pad(total, ((0, 0), (0, pad)), constant_values=-np.inf)
-        first_row = (np.arange(N) * k)[:, None]  # (N, 1) first row of each sentence
-        row, tok = flat // V + first_row, flat % V  # (N, C) previous row and token of each candidate
-        real = total > -np.inf
-        is_eos = tok == eos
-        ends = is_eos & real & (np.arange(flat.shape[1]) < beam)  # fairseq: eos counts among the top beam only
-        cont = ~is_eos & real
-        keep = cont & (np.cumsum(cont, axis=1) <= beam)  # the best beam continuing candidates
-        slot = np.argsort(~keep, axis=1, kind="stable")[:, :beam]  # (N, beam) kept candidates first, best first
-        live = np.take_along_axis(keep, slot, axis=1)  # (N, beam) False: padding row (score -inf)
-        new_row = np.where(live, np.take_along_axis(row, slot, axis=1), first_row)
-        new_tok = np.where(live, np.take_along_axis(tok, slot, axis=1), eos)
-        new_total = np.where(live, np.take_along_axis(total, slot, axis=1), -np.inf)
-        self._step += 1
-        at_max = self._step >= self.max_lengths[self._alive]  # (N,)
-        lp = float(length_penalty(self._step, self.alpha))
-        for i in np.flatnonzero(ends.any(axis=1) | at_max).tolist():
-            sent = int(self._alive[i])
-            hyps = [
-                Hypothesis(self._seqs[row[i, j]].tolist(), float(total[i, j] / lp)) for j in np.flatnonzero(ends[i])
-            ]
-            if at_max[i]:  # out of length: the open hypotheses end here, as they are
-                hyps += [
-                    Hypothesis([*self._seqs[new_row[i, j]].tolist(), int(new_tok[i, j])], float(new_total[i, j] / lp))
-                    for j in np.flatnonzero(live[i])
-                ]
-            self._finished[sent].extend(hyps)
-            self._n_finished[sent] += len(hyps)
-            if len(self._finished[sent]) >= self.n_best:
-                self._nth_best[sent] = sorted((h.score for h in self._finished[sent]), reverse=True)[self.n_best - 1]
-        # the best normalised score any open hypothesis can still reach (see the class docstring)
-        reachable = new_total.max(axis=1) / length_penalty(self.max_lengths[self._alive], self.alpha)  # (N,)
-        settled = self._nth_best[self._alive] >= reachable  # (N,) nothing left to gain
-        ended = at_max | (self._n_finished[self._alive] >= beam) | ~live.any(axis=1) | settled
-        self._just_finished.extend(self._alive[ended].tolist())
-        survive = np.flatnonzero(~ended)  # (N',)
-        parents = new_row[survive].reshape(-1).astype(np.int64)  # (N'*beam,)
-        tokens_next = new_tok[survive].reshape(-1).astype(np.int64)  # (N'*beam,)
-        self._seqs = np.concatenate([self._seqs[parents], tokens_next[:, None]], axis=1)
-        self._scores = new_total[survive].reshape(-1)
-        self._alive = self._alive[survive]
-        self._per_sentence = beam
-        return StepOutput(tokens_next, parents, survive.astype(np.int64))
-
-    def finalize(self) -> list[list[Hypothesis]]:
-        """The ``num_hypotheses`` best finished hypotheses of every sentence, best first (stable on ties)."""
-        return [self._best(f) for f in self._finished]
-
-    def _best(self, finished: list[Hypothesis]) -> list[Hypothesis]:
-        return sorted(finished, key=lambda h: -h.score)[: self.n_best]
-
-    def take_finished(self) -> list[tuple[int, list[Hypothesis]]]:
-        """(sentence, its n-best list) of every sentence that finished since the last call."""
-        done, self._just_finished = self._just_finished, []
-        return [(i, self._best(self._finished[i])) for i in done]
-
-    def drop(self, sentences: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Stop searching for ``sentences`` (they get no result); returns which current rows and which current
-        sentences stay, as boolean masks, to filter the last StepOutput with."""
-        keep_sentences = ~np.isin(self._alive, np.asarray(sentences, dtype=np.int64))  # (N,)
-        keep_rows = np.repeat(keep_sentences, self._per_sentence)  # (R,)
-        self._alive = self._alive[keep_sentences]
-        self._seqs, self._scores = self._seqs[keep_rows], self._scores[keep_rows]
-        return keep_rows, keep_sentences
+    def remap(self, positions: np.ndarray, eos_id: int) -> None:
+        """The log-probs' columns change meaning (a vocabulary shortlist's candidates were rebuilt): every id ``i``
+        held so far becomes ``positions[i]``, and eos is ``eos_id``."""
+        self._seqs = _remapped(self._seqs, positions)
+        self._results = _remapped_hyps(self._results, positions)
+        self.eos_id = eos_id
 
 
 def make_search(
@@ -391,6 +316,8 @@ def make_search(
 ) -> SearchStrategy:
     """The strategy ``options`` ask for: greedy for beam_size 1, else beam search (see BeamSearch's full_rows; it
     selects each row's best tokens with ``select_top_k``)."""
+    from transduce.engine.beam import BeamSearch  # beam.py builds on this module
+
     if options.beam_size == 1:
         return GreedySearch(
             batch_size,
