@@ -67,6 +67,7 @@ class BeamSearch:
         # the num_hypotheses-th best finished score (-inf: too few)
         self._alive = np.arange(batch_size, dtype=np.int64)
         self._steps = np.zeros(batch_size, dtype=np.int64)
+        self._min_step = 0  # at most the smallest of them: the min-length bans are made only while it is below
         self._max = lengths.copy()
         self._n_finished = np.zeros(batch_size, dtype=np.int64)
         self._nth_best = np.full(batch_size, -np.inf)
@@ -90,7 +91,7 @@ class BeamSearch:
         N, k, beam, eos = len(self._alive), self._per_sentence, self.beam, self.eos_id
         log_probs = _check_log_probs(log_probs, N * k, eos, self.is_done())
         bans = repeat_bans(self._seqs, self.no_repeat)
-        if self.min_length:  # eos forbidden to the rows of sentences not yet min_length long
+        if self._min_step < self.min_length:  # eos forbidden to the rows of sentences not yet min_length long
             early = np.flatnonzero(np.repeat(self._steps < self.min_length, k))
             if len(early):
                 ids = np.full(len(early), eos, np.int64)
@@ -153,6 +154,7 @@ class BeamSearch:
         parents = new_row[survive].reshape(-1).astype(np.int64)  # (N'*beam,)
         tokens_next = new_tok[survive].reshape(-1).astype(np.int64)  # (N'*beam,)
         self._alive, self._steps, self._max = self._alive[survive], steps[survive], self._max[survive]
+        self._min_step += 1
         self._n_finished, self._nth_best = self._n_finished[survive], self._nth_best[survive]
         longest = int(self._steps.max()) if len(survive) else 0
         self._seqs = _grown(self._seqs[parents], tokens_next, longest)
@@ -204,6 +206,7 @@ class BeamSearch:
         first, self._count = self._count, self._count + n
         self._alive = np.concatenate([self._alive, np.arange(first, first + n, dtype=np.int64)])
         self._steps = np.concatenate([self._steps, np.zeros(n, np.int64)])
+        self._min_step = 0
         self._max = np.concatenate([self._max, lengths])
         self._n_finished = np.concatenate([self._n_finished, np.zeros(n, np.int64)])
         self._nth_best = np.concatenate([self._nth_best, np.full(n, -np.inf)])

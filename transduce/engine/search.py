@@ -212,6 +212,7 @@ class GreedySearch:
         self._index = _read_only_range(batch_size)  # its first R entries are "every row", handed out
         self._row_max = lengths.copy()  # (R,) max length of each row's sentence
         self._row_step = np.zeros(batch_size, dtype=np.int64)  # (R,) ids each row generated so far
+        self._min_step = 0  # at most the smallest of them: the min-length check runs only while it is below
         self._seqs = np.zeros((batch_size, 0), dtype=np.int64)  # (R, T) generated ids, left-padded with -1
         self._scores = np.zeros(batch_size, dtype=np.float64)  # (R,) summed log-probs
         self._results: dict[int, list[Hypothesis]] = {}  # by sentence, once finished
@@ -234,7 +235,7 @@ class GreedySearch:
             log_probs = _masked(log_probs, repeat_bans(self._seqs, self.no_repeat))
         R = len(self._rows)
         best = log_probs.argmax(axis=1)  # (R,) first maximum = lowest id on ties
-        if self.min_length:  # eos forbidden before min_length: re-pick only the rows that chose it
+        if self._min_step < self.min_length:  # eos forbidden before min_length: re-pick only the rows that chose it
             banned = np.flatnonzero((best == self.eos_id) & (self._row_step < self.min_length))
             if len(banned):
                 sub = log_probs[banned].copy()  # (r, V)
@@ -243,6 +244,7 @@ class GreedySearch:
         same = self._index[:R]
         self._scores += log_probs[same, best]
         self._row_step += 1
+        self._min_step += 1
         ended = (best == self.eos_id) | (self._row_max <= self._row_step)  # (R,)
         if not ended.any():  # the common step: every row goes on in place
             best = best.astype(np.int64, copy=False)
@@ -291,6 +293,7 @@ class GreedySearch:
         self._rows = np.concatenate([self._rows, np.arange(first, first + n, dtype=np.int64)])
         self._row_max = np.concatenate([self._row_max, lengths])
         self._row_step = np.concatenate([self._row_step, np.zeros(n, np.int64)])
+        self._min_step = 0
         self._scores = np.concatenate([self._scores, np.zeros(n)])
         self._seqs = np.concatenate([self._seqs, np.full((n, self._seqs.shape[1]), -1, np.int64)])
         if len(self._rows) > len(self._index):
