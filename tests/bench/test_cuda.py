@@ -51,3 +51,16 @@ def test_a_dry_run_on_the_cpu_reports_cuda_missing_and_the_scheduler_matching_th
     assert rows["cpu-fp32-full-1t", 4, 32]["same_as_cpu_fp32_full"] == "6/6"
     assert [r["same_as_engine_alone"] for r in result["scheduler"]] == ["6/6"] * 4
     assert "| cpu-fp32-full-1t | 1 | 1 |" in (tmp_path / "out" / "cuda.md").read_text()
+
+
+def test_the_command_names_a_missing_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from transduce.bench.cli import add_arguments
+    from transduce.bench.cli import run as run_bench
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["cuda", "--checkpoint", str(tmp_path / "none.pt"), "--out", str(tmp_path / "out")])
+    assert run_bench(args) == 1
+    assert capsys.readouterr().err.strip() == f"transduce bench: checkpoint {tmp_path / 'none.pt'} does not exist"

@@ -1,4 +1,4 @@
-"""``transduce bench engines`` and ``transduce bench load`` (benchmarks, not tests)."""
+"""``transduce bench engines``, ``load`` and ``cuda`` (benchmarks, not tests)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of both benchmarks."""
     parser.add_argument(
         "which",
-        choices=["engines", "load"],
+        choices=["engines", "load", "cuda"],
         help="engines: this engine vs transformers and CTranslate2 on the same weights; "
-        "load: the service under concurrent clients, batching on vs off",
+        "load: the service under concurrent clients, batching on vs off; "
+        "cuda (a GPU machine): this engine on CUDA vs the CPU, and the step scheduler on CUDA",
     )
-    parser.add_argument("--checkpoint", default=None, help="checkpoint for `engines` (default: the shipped model)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="checkpoint for `engines` and `cuda` (default: the shipped model)"
+    )
     parser.add_argument("--model", default=None, help="ONNX model dir for `load` (default: the shipped model)")
     parser.add_argument("--sentences", type=int, default=500, help="source sentences (Bible dev chapters)")
+    parser.add_argument(
+        "--pairs",
+        default=None,
+        help="`cuda`: a file of source TAB reference lines instead of the Bible dev verses (a GPU machine that "
+        "cannot download them; docs/gpu-check.md writes one)",
+    )
     parser.add_argument("--batch1-sentences", type=int, default=100, help="sentences for the batch-1 rows")
     parser.add_argument("--requests", type=int, default=256, help="requests per concurrency level (load)")
     parser.add_argument("--concurrency", default="1,4,16,64", help="client counts (load)")
@@ -45,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         default="1,2",
-        help="thread counts, comma-separated: `engines` runs each engine with each, keeps the best; `load` the largest",
+        help="thread counts, comma-separated: `engines` runs each engine with each, keeps the best; `load` the "
+        "largest; `cuda` the CPU rows' (e.g. 4,16 on a GPU machine's host)",
     )
     parser.add_argument(
         "--fixed-length",
@@ -85,6 +95,16 @@ def run(args: argparse.Namespace) -> int:
                 rounds=args.rounds,
             )
             print((out / "engines.md").read_text())
+        elif args.which == "cuda":
+            from transduce.bench.cuda import bible_pairs, read_pairs
+            from transduce.bench.cuda import run as run_cuda
+
+            checkpoint = Path(args.checkpoint or DEFAULT_CHECKPOINT)
+            if not checkpoint.is_file():
+                raise ValueError(f"checkpoint {checkpoint} does not exist")
+            pairs = read_pairs(Path(args.pairs), args.sentences) if args.pairs else bible_pairs(args.sentences, work)
+            run_cuda(checkpoint, pairs, n_batch1=args.batch1_sentences, threads=threads, work=work, out_dir=out)
+            print((out / "cuda.md").read_text())
         else:
             from transduce.bench.load import run as run_load
 

@@ -1,4 +1,4 @@
-"""``python -m transduce.bench.cuda``: the CUDA path measured on a GPU machine (a benchmark, not a test).
+"""``transduce bench cuda``: the CUDA path measured on a GPU machine (a benchmark, not a test).
 
 Exports the checkpoint (float16 for CUDA, float32 with the shortlist for the CPU rows), then on the same machine and
 the same source ids: this engine on CUDA (float16 and float32 exports) and on the CPU (float32, a few thread counts),
@@ -180,18 +180,32 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join([*lines, ""])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transduce.bench.cuda", description=__doc__)
-    parser.add_argument("--checkpoint", default="transduce/weights/default/checkpoint.pt")
-    parser.add_argument("--pairs", required=True, help="source TAB reference per line (Bible dev verses)")
-    parser.add_argument("--work", default="/tmp/transduce-cuda-bench", help="exports go here")
-    parser.add_argument("--out", required=True, help="directory for cuda.json and cuda.md")
-    parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--batch1-sentences", type=int, default=100)
-    parser.add_argument("--cpu-threads", default="4,16", help="thread counts of the CPU float32 rows")
-    parser.add_argument("--scheduler-device", default="cuda", help="where the scheduler section runs (cpu: a dry run)")
-    args = parser.parse_args(argv)
+def bible_pairs(n: int, work: Path) -> tuple[list[str], list[str]]:
+    """The first n English verses of the Bible dev chapters (deduplicated, as ``transduce bench engines`` takes them)
+    with their German verse as the reference."""
+    from transduce.training.data import bible
 
+    seen: dict[str, str] = {}
+    for pair in bible.pairs(work):
+        if pair.split == "dev":
+            seen.setdefault(pair.en, pair.de)
+    if len(seen) < n:
+        raise ValueError(f"only {len(seen)} dev sentences available, asked for {n}")
+    return list(seen)[:n], list(seen.values())[:n]
+
+
+def run(
+    checkpoint: Path,
+    pairs: tuple[list[str], list[str]],
+    *,
+    n_batch1: int = 100,
+    threads: tuple[int, ...] = (4, 16),
+    work: Path,
+    out_dir: Path,
+    scheduler_device: str = "cuda",
+) -> dict[str, Any]:
+    """Every section in turn (see the module docstring); ``pairs``: sources and their references. ``threads``: the
+    CPU rows' thread counts. ``scheduler_device="cpu"``: the scheduler section on the CPU (a dry run without a GPU)."""
     import onnxruntime as ort
 
     from transduce.bench.hardware import cpu_info
@@ -199,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     from transduce.export.onnx_export import ExportConfig, export_model
     from transduce.model.checkpoint import load_checkpoint
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "gpu": gpu_name(),
@@ -212,35 +225,55 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     def save() -> None:
-        (out / "cuda.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-        (out / "cuda.md").write_text(markdown(result))
+        (out_dir / "cuda.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+        (out_dir / "cuda.md").write_text(markdown(result))
 
-    checkpoint = Path(args.checkpoint)
-    work = Path(args.work)
     started = time.perf_counter()
-    fp16, fp32 = work / "fp16", work / "fp32"
+    fp16, fp32 = work / "cuda-fp16", work / "cuda-fp32"
     export_model(checkpoint, fp16, ExportConfig(dtype="float16"))
     export_model(checkpoint, fp32, ExportConfig(shortlist=sibling_table(checkpoint)))
     result["export_seconds"] = round(time.perf_counter() - started, 1)
     save()
 
     tokenizer = load_checkpoint(checkpoint).tokenizer()
-    texts, refs = read_pairs(Path(args.pairs), args.sentences)
-    sources = [tokenizer.encode_source(t, "de") for t in texts]
-    threads = [int(t) for t in args.cpu_threads.split(",")]
+    texts, refs = pairs
+    target = "de" if "de" in tokenizer.languages else None
+    sources = [tokenizer.encode_source(t, target) for t in texts]
     rows = [("cuda-fp16", "transduce-cuda-fp16", str(fp16), 1), ("cuda-fp32", "transduce-cuda-fp16", str(fp32), 1)]
     rows += [(f"cpu-fp32-full-{t}t", "transduce-cpu-fp32-full", str(fp32), t) for t in threads]
     rows += [(f"cpu-fp32-{t}t", "transduce-cpu-fp32", str(fp32), t) for t in threads]  # with the shortlist
-    runs = run_rows(mp.get_context("spawn"), rows, sources, args.batch1_sentences)
+    runs = run_rows(mp.get_context("spawn"), rows, sources, n_batch1)
     result["rows"] = summary(runs, refs, tokenizer.decode)
     save()
     try:
-        result["scheduler"] = scheduler_rows(
-            str(fp16 if args.scheduler_device == "cuda" else fp32), texts, args.scheduler_device
-        )
+        result["scheduler"] = scheduler_rows(str(fp16 if scheduler_device == "cuda" else fp32), texts, scheduler_device)
     except Exception as exc:  # noqa: BLE001 - a benchmark section that fails is reported, the rest stands
         result["scheduler"] = f"{type(exc).__name__}: {exc}"
     save()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m transduce.bench.cuda`` (``transduce bench cuda`` is the same with the Bible pairs by default)."""
+    parser = argparse.ArgumentParser(prog="python -m transduce.bench.cuda", description=__doc__)
+    parser.add_argument("--checkpoint", default="transduce/weights/default/checkpoint.pt")
+    parser.add_argument("--pairs", required=True, help="source TAB reference per line")
+    parser.add_argument("--work", default="/tmp/transduce-cuda-bench", help="exports go here")
+    parser.add_argument("--out", required=True, help="directory for cuda.json and cuda.md")
+    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--batch1-sentences", type=int, default=100)
+    parser.add_argument("--cpu-threads", default="4,16", help="thread counts of the CPU float32 rows")
+    parser.add_argument("--scheduler-device", default="cuda", help="where the scheduler section runs (cpu: a dry run)")
+    args = parser.parse_args(argv)
+    result = run(
+        Path(args.checkpoint),
+        read_pairs(Path(args.pairs), args.sentences),
+        n_batch1=args.batch1_sentences,
+        threads=tuple(int(t) for t in args.cpu_threads.split(",")),
+        work=Path(args.work),
+        out_dir=Path(args.out),
+        scheduler_device=args.scheduler_device,
+    )
     print(json.dumps(result, indent=2, default=str))
     return 0
 
