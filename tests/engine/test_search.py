@@ -551,3 +551,15 @@ def test_no_repeat_ngram_size_is_validated_and_off_by_default() -> None:
     for bad in (1, -1):
         with pytest.raises(ValueError, match="no_repeat_ngram_size must be 0"):
             DecodeOptions(no_repeat_ngram_size=bad)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_sentence_dropped_in_the_step_it_finished_gets_no_result(beam_size: int) -> None:
+    search = make_search(
+        2, DecodeOptions(beam_size=beam_size), eos_id=EOS, max_lengths=[1, 5], full_rows=True
+    )  # sentence 0 ends at its first step (its max length)
+    rows = len(search.row_sentence)
+    out = search.advance(np.log(np.full((rows, V), 1.0 / V, np.float32)))
+    keep_rows, _ = search.drop([0])  # its request was cancelled while that step ran
+    assert len(out.tokens[keep_rows]) == len(search.row_sentence)
+    assert search.take_finished() == [] and search.finalize()[0] == []

@@ -12,6 +12,7 @@ from transduce.engine.search import (
     TopK,
     _check,
     _check_log_probs,
+    _forget,
     _grown,
     _history,
     _masked,
@@ -184,8 +185,7 @@ class BeamSearch:
         gone = np.asarray(sentences, dtype=np.int64)
         keep_sentences = ~np.isin(self._alive, gone)  # (N,)
         keep_rows = np.repeat(keep_sentences, self._per_sentence)  # (R,)
-        for sent in self._alive[~keep_sentences].tolist():
-            self._finished.pop(sent, None)
+        self._just_finished = _forget(sentences, self._just_finished, self._finished)  # alive or finished
         self._alive, self._steps, self._max = (
             self._alive[keep_sentences],
             self._steps[keep_sentences],

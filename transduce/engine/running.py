@@ -101,9 +101,13 @@ class RunningBatch:
                 self.runner.reorder(state, np.repeat(np.arange(len(group)), self.beam), None)
             max_lengths = options.max_lengths([len(j.ids) for j in group], m.max_positions - 1)
             vocab, own = (None, None) if self.shortlist is None else self.shortlist.batch([j.ids for j in group])
+            at = next((i for i, lane in enumerate(self.lanes) if lane.options == options), len(self.lanes))
+            order = self._newcomers_to_lane(at, state.rows)
             masks, projection = self._detach_masks()
-            try:
+            try:  # the running state is left as it was until the newcomers' rows are merged and in place
                 merged = state if self.state is None else self.runner.merge(self.state, state)
+                if order is not None:  # rows of a lane that others followed: the newcomers go right after them
+                    self.runner.reorder(merged, order, order[:: self.beam] // self.beam)  # beam rows per sentence
             except BaseException:  # e.g. out of memory: the joiners fail, the running rows decode on unchanged
                 if self.state is not None:
                     self.state.vocab_mask, self.state.projection = masks, projection
@@ -112,7 +116,6 @@ class RunningBatch:
             cohort = Cohort(vocab, len(group))
             self.cohorts.append(cohort)
             old = self._rebuild_candidates()
-            at = next((i for i, lane in enumerate(self.lanes) if lane.options == options), len(self.lanes))
             if at == len(self.lanes):
                 eos = m.eos_id if self.vocab is None else int(np.searchsorted(self.vocab, m.eos_id))
                 search = make_search(
@@ -132,18 +135,20 @@ class RunningBatch:
                 lane.jobs[first + i], lane.cohorts[first + i] = job, cohort
             self.tokens = np.concatenate([self.tokens, np.full(state.rows, m.decoder_start_id, np.int64)])
             self._attach_masks(masks, old, None if own is None or vocab is None else (own, vocab))
-            if at < len(self.lanes) - 1:  # the newcomers' rows go right after their lane's
-                self._move_last_rows(at, state.rows)
+            if order is not None:
+                self.tokens = self.tokens[order]
+                if self.state.vocab_mask is not None:  # attached in merge order
+                    self.state.vocab_mask = self.state.vocab_mask[order]
             lane.rows += state.rows
         return real, padded
 
-    def _move_last_rows(self, at: int, n: int) -> None:
-        """Move the state's last ``n`` rows (and their sentences) to the end of lane ``at``'s rows."""
-        assert self.state is not None
-        R, end = self.state.rows, sum(lane.rows for lane in self.lanes[: at + 1])
-        rows = np.concatenate([np.arange(end), np.arange(R - n, R), np.arange(end, R - n)])
-        self.runner.reorder(self.state, rows, rows[:: self.beam] // self.beam)  # beam rows per sentence, in order
-        self.tokens = self.tokens[rows]
+    def _newcomers_to_lane(self, at: int, n: int) -> np.ndarray | None:
+        """The row order that moves ``n`` rows appended after the state's to the end of lane ``at``'s rows (None:
+        they are in place already, lane ``at`` being the last or new)."""
+        if at >= len(self.lanes) - 1:
+            return None
+        R, end = sum(lane.rows for lane in self.lanes), sum(lane.rows for lane in self.lanes[: at + 1])
+        return np.concatenate([np.arange(end), np.arange(R, R + n), np.arange(end, R)])
 
     def _detach_masks(self) -> tuple[np.ndarray | None, ProjectionRows | None]:
         """Take the running rows' candidate masks (over ``self.vocab``) and projection off the state before a
@@ -161,7 +166,8 @@ class RunningBatch:
         if self.shortlist is None:
             return old
         self.vocab = np.unique(np.concatenate([c.vocab for c in self.cohorts if c.vocab is not None]))
-        if old is not None and self.lanes:
+        # a join only grows the union and a leave only shrinks it: the same size is the same union, nothing moves
+        if old is not None and self.lanes and len(old) != len(self.vocab):
             positions, eos = np.searchsorted(self.vocab, old), int(np.searchsorted(self.vocab, self.manifest.eos_id))
             for lane in self.lanes:
                 lane.search.remap(positions, eos)

@@ -32,11 +32,14 @@ log = logging.getLogger("transduce.scheduler")
 
 @dataclass(frozen=True)
 class Timed:
-    """A sentence's result, when it started decoding and when it finished (monotonic seconds)."""
+    """A sentence's result, when it started decoding and when it finished (monotonic seconds); with the step
+    scheduler also how many decoder steps ran while it was queued (counted when it entered the queue, under the
+    queue's lock, so time the caller spent before that, tokenising or waiting for the interpreter, is not counted)."""
 
     result: TranslationResult
     started: float
     finished: float
+    steps_queued: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class _Slot:
     queued: float
     blocked_since: int | None = None  # step count when it first fitted its request's share but not the batch
     admitted: float = 0.0
+    queued_step: int = 0  # step counts when it entered the queue and when it was admitted
+    admitted_step: int = 0
 
 
 @dataclass(eq=False)
@@ -183,6 +188,8 @@ class StepScheduler:
                 )
             self._requests.append(request)
             self._queued += len(texts)
+            for job in request.pending:
+                job.tag.queued_step = self._steps
         self._wake.set()
         try:
             if deadline is None:
@@ -225,7 +232,8 @@ class StepScheduler:
             )
             with self.translator.stats.lock:
                 self.translator.stats.generated_tokens += len(hyps[0].tokens) + 1 if hyps else 0
-            _call_soon(slot.request, slot.request.deliver, slot.index, Timed(result, slot.admitted, time.monotonic()))
+            timed = Timed(result, slot.admitted, time.monotonic(), slot.admitted_step - slot.queued_step)
+            _call_soon(slot.request, slot.request.deliver, slot.index, timed)
 
         return done
 
@@ -282,7 +290,7 @@ class StepScheduler:
             mine = held.setdefault(id(request), [0, 0])
             mine[0], mine[1] = mine[0] + 1, mine[1] + job.cost
             admitted.append(job)
-            job.tag.admitted = now
+            job.tag.admitted, job.tag.admitted_step = now, self._steps
             self._waits.append((now - job.tag.queued) * 1000)
 
         with self._lock:

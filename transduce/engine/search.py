@@ -186,6 +186,15 @@ def _remapped_hyps(held: dict[int, list[Hypothesis]], positions: np.ndarray) -> 
     return {i: [Hypothesis(positions[h.tokens].tolist(), h.score) for h in hyps] for i, hyps in held.items()}
 
 
+def _forget(sentences: Sequence[int], just_finished: list[int], results: dict[int, list[Hypothesis]]) -> list[int]:
+    """Dropped ``sentences`` get no result, also those that finished in the step they were dropped after: take
+    them out of ``results``; returns ``just_finished`` without them."""
+    gone = set(sentences)
+    for i in gone:
+        results.pop(i, None)
+    return [i for i in just_finished if i not in gone]
+
+
 def _read_only_range(n: int) -> np.ndarray:
     index = np.arange(n, dtype=np.int64)
     index.flags.writeable = False
@@ -282,6 +291,7 @@ class GreedySearch:
         keep = ~np.isin(self._rows, np.asarray(sentences, dtype=np.int64))  # (R,)
         self._rows, self._seqs, self._scores = self._rows[keep], self._seqs[keep], self._scores[keep]
         self._row_max, self._row_step = self._row_max[keep], self._row_step[keep]
+        self._just_finished = _forget(sentences, self._just_finished, self._results)
         return keep, keep
 
     def join(self, max_lengths: Sequence[int]) -> int:
