@@ -83,3 +83,28 @@ def test_a_join_that_fails_after_its_merge_leaves_the_running_sentences_as_they_
     assert sorted(got) == sorted(EN[:2])
     for text, options in ((EN[0], a), (EN[1], b)):
         assert [h.tokens for h in got[text]] == alone(translator, text, options), text
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_cancelled_sentence_leaves_its_lane_and_the_later_lanes_decode_on(translator: Translator, beam: int) -> None:
+    """Two lanes; a sentence of the first is cancelled mid-decode: it gets no result, the rows after it (its lane's
+    and the next lane's) keep their own caches and search state, and translate as they would alone."""
+    a = DecodeOptions(beam_size=beam)
+    b = DecodeOptions(beam_size=beam, no_repeat_ngram_size=2)
+    batch = RunningBatch(translator.runner, translator.manifest, beam)
+    got: dict[str, list[Hypothesis]] = {}
+    cancelled = False
+    doomed = job(translator, EN[4], a, got)
+    doomed.cancelled = lambda: cancelled
+    batch.join([job(translator, EN[0], a, got), doomed, job(translator, EN[1], a, got)])
+    batch.step()
+    batch.join([job(translator, EN[2], b, got)])
+    batch.step()
+    cancelled = True
+    batch.step()
+    assert [lane.rows for lane in batch.lanes] == [2 * beam, beam] and batch.sentences == 3
+    while batch.sentences:
+        batch.step()
+    assert sorted(got) == sorted([EN[0], EN[1], EN[2]])
+    for text, options in ((EN[0], a), (EN[1], a), (EN[2], b)):
+        assert [h.tokens for h in got[text]] == alone(translator, text, options), text
