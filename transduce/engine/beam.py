@@ -12,19 +12,17 @@ from transduce.engine.search import (
     TopK,
     _check,
     _check_log_probs,
-    _forget,
     _grown,
+    _Held,
     _history,
     _masked,
-    _remapped,
-    _remapped_hyps,
     length_penalty,
     repeat_bans,
     top_k,
 )
 
 
-class BeamSearch:
+class BeamSearch(_Held):
     """Beam search with the GNMT length penalty.
 
     A sentence ends once ``beam_size`` hypotheses finished (fairseq's rule), or earlier, as soon as its
@@ -68,15 +66,12 @@ class BeamSearch:
         # the num_hypotheses-th best finished score (-inf: too few)
         self._alive = np.arange(batch_size, dtype=np.int64)
         self._steps = np.zeros(batch_size, dtype=np.int64)
-        self._min_step = 0  # at most the smallest of them: the min-length bans are made only while it is below
         self._max = lengths.copy()
         self._n_finished = np.zeros(batch_size, dtype=np.int64)
         self._nth_best = np.full(batch_size, -np.inf)
         self._seqs = np.zeros((batch_size * self._per_sentence, 0), dtype=np.int64)  # (R, T) ids, left-padded -1
         self._scores = np.tile(self._first, batch_size)  # (R,) summed log-probs; -inf for a padding row
-        self._finished: dict[int, list[Hypothesis]] = {}  # by sentence: its finished hypotheses so far
-        self._just_finished: list[int] = []  # sentences finished since the last take_finished()
-        self._count = batch_size  # sentences so far (joined ones included)
+        self._hold(batch_size)  # held: each sentence's finished hypotheses so far
 
     @property
     def row_sentence(self) -> np.ndarray:
@@ -141,7 +136,7 @@ class BeamSearch:
                     )
                     for j in np.flatnonzero(live[i])
                 ]
-            finished = self._finished.setdefault(sent, [])
+            finished = self._held.setdefault(sent, [])
             finished.extend(hyps)
             self._n_finished[i] += len(hyps)
             if len(finished) >= self.n_best:
@@ -166,7 +161,7 @@ class BeamSearch:
     def finalize(self) -> list[list[Hypothesis]]:
         """The ``num_hypotheses`` best finished hypotheses of every sentence, best first (stable on ties; empty for
         a dropped or forgotten sentence)."""
-        return [self._best(self._finished.get(i, [])) for i in range(self._count)]
+        return [self._best(self._held.get(i, [])) for i in range(self._count)]
 
     def _best(self, finished: list[Hypothesis]) -> list[Hypothesis]:
         return sorted(finished, key=lambda h: -h.score)[: self.n_best]
@@ -174,10 +169,7 @@ class BeamSearch:
     def take_finished(self, *, forget: bool = False) -> list[tuple[int, list[Hypothesis]]]:
         """(sentence, its n-best list) of every sentence that finished since the last call; ``forget``: the search
         keeps no copy (finalize() will not list them), so a long-running search does not grow."""
-        done, self._just_finished = self._just_finished, []
-        if forget:
-            return [(i, self._best(self._finished.pop(i, []))) for i in done]
-        return [(i, self._best(self._finished.get(i, []))) for i in done]
+        return [(i, self._best(hyps)) for i, hyps in self._taken(forget)]
 
     def drop(self, sentences: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Stop searching for ``sentences`` (they get no result); returns which current rows and which current
@@ -185,7 +177,7 @@ class BeamSearch:
         gone = np.asarray(sentences, dtype=np.int64)
         keep_sentences = ~np.isin(self._alive, gone)  # (N,)
         keep_rows = np.repeat(keep_sentences, self._per_sentence)  # (R,)
-        self._just_finished = _forget(sentences, self._just_finished, self._finished)  # alive or finished
+        self._forget(sentences)  # alive or finished in the last step
         self._alive, self._steps, self._max = (
             self._alive[keep_sentences],
             self._steps[keep_sentences],
@@ -201,22 +193,13 @@ class BeamSearch:
         Needs ``full_rows``, so that every sentence has beam_size rows at every step."""
         if not self._full_rows:
             raise ValueError("join() needs a BeamSearch made with full_rows=True (beam_size rows per sentence)")
-        n = len(max_lengths)
-        lengths = _check(n, self.eos_id, max_lengths, self.min_length, self.alpha)
-        first, self._count = self._count, self._count + n
+        first, lengths = self._newcomers(max_lengths)
+        n = len(lengths)
         self._alive = np.concatenate([self._alive, np.arange(first, first + n, dtype=np.int64)])
         self._steps = np.concatenate([self._steps, np.zeros(n, np.int64)])
-        self._min_step = 0
         self._max = np.concatenate([self._max, lengths])
         self._n_finished = np.concatenate([self._n_finished, np.zeros(n, np.int64)])
         self._nth_best = np.concatenate([self._nth_best, np.full(n, -np.inf)])
         self._scores = np.concatenate([self._scores, np.tile(self._first, n)])
         self._seqs = np.concatenate([self._seqs, np.full((n * self.beam, self._seqs.shape[1]), -1, np.int64)])
         return first
-
-    def remap(self, positions: np.ndarray, eos_id: int) -> None:
-        """The log-probs' columns change meaning (a vocabulary shortlist's candidates were rebuilt): every id ``i``
-        held so far becomes ``positions[i]``, and eos is ``eos_id``."""
-        self._seqs = _remapped(self._seqs, positions)
-        self._finished = _remapped_hyps(self._finished, positions)
-        self.eos_id = eos_id

@@ -217,9 +217,7 @@ class RunningBatch:
                 parent_sents = parent_sents[keep_sents]
                 for i in gone:
                     self._leave(lane, i)
-            for i, hyps in lane.search.take_finished(forget=True):
-                if i not in lane.jobs:  # dropped above
-                    continue
+            for i, hyps in lane.search.take_finished(forget=True):  # dropped ones are not among them
                 if self.vocab is not None:  # candidate positions -> vocabulary ids
                     hyps = [Hypothesis(self.vocab[h.tokens].tolist(), h.score) for h in hyps]
                 self._leave(lane, i).done(hyps)

@@ -177,31 +177,59 @@ def _history(seqs: np.ndarray, row: int, length: int) -> list[int]:
     return seqs[row, seqs.shape[1] - length :].tolist()
 
 
-def _remapped(seqs: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Left-padded histories with every id ``i`` replaced by ``positions[i]`` (padding stays -1)."""
-    return np.where(seqs >= 0, positions[seqs], -1)
-
-
-def _remapped_hyps(held: dict[int, list[Hypothesis]], positions: np.ndarray) -> dict[int, list[Hypothesis]]:
-    return {i: [Hypothesis(positions[h.tokens].tolist(), h.score) for h in hyps] for i, hyps in held.items()}
-
-
-def _forget(sentences: Sequence[int], just_finished: list[int], results: dict[int, list[Hypothesis]]) -> list[int]:
-    """Dropped ``sentences`` get no result, also those that finished in the step they were dropped after: take
-    them out of ``results``; returns ``just_finished`` without them."""
-    gone = set(sentences)
-    for i in gone:
-        results.pop(i, None)
-    return [i for i in just_finished if i not in gone]
-
-
 def _read_only_range(n: int) -> np.ndarray:
     index = np.arange(n, dtype=np.int64)
     index.flags.writeable = False
     return index
 
 
-class GreedySearch:
+class _Held:
+    """What greedy and beam search share about their sentences: joiners numbered on from the sentences so far, the
+    hypotheses finished per sentence (so far, for beam) and which finished since the last take_finished(), and
+    moving ids to new columns (``remap``)."""
+
+    eos_id: int
+    min_length: int
+    alpha: float
+    _seqs: np.ndarray  # (R, T) generated ids, left-padded with -1
+
+    def _hold(self, batch_size: int) -> None:
+        self._held: dict[int, list[Hypothesis]] = {}  # by sentence
+        self._just_finished: list[int] = []  # sentences finished since the last take_finished()
+        self._count = batch_size  # sentences so far (joined ones included)
+        self._min_step = 0  # at most the smallest row step count: the min-length work runs only while it is below
+
+    def _newcomers(self, max_lengths: Sequence[int]) -> tuple[int, np.ndarray]:
+        """Number ``len(max_lengths)`` joining sentences: the first one's index and their checked max lengths."""
+        n = len(max_lengths)
+        lengths = _check(n, self.eos_id, max_lengths, self.min_length, self.alpha)
+        first, self._count = self._count, self._count + n
+        self._min_step = 0
+        return first, lengths
+
+    def _taken(self, forget: bool) -> list[tuple[int, list[Hypothesis]]]:
+        """The sentences finished since the last call with their held hypotheses (``forget``: no longer held)."""
+        done, self._just_finished = self._just_finished, []
+        return [(i, self._held.pop(i, []) if forget else self._held.get(i, [])) for i in done]
+
+    def _forget(self, sentences: Sequence[int]) -> None:
+        """Dropped ``sentences`` get no result, also those that finished in the step they were dropped after."""
+        gone = set(sentences)
+        for i in gone:
+            self._held.pop(i, None)
+        self._just_finished = [i for i in self._just_finished if i not in gone]
+
+    def remap(self, positions: np.ndarray, eos_id: int) -> None:
+        """The log-probs' columns change meaning (a vocabulary shortlist's candidates were rebuilt): every id ``i``
+        held so far becomes ``positions[i]``, and eos is ``eos_id``."""
+        self._seqs = np.where(self._seqs >= 0, positions[self._seqs], -1)  # padding stays -1
+        self._held = {
+            i: [Hypothesis(positions[h.tokens].tolist(), h.score) for h in hyps] for i, hyps in self._held.items()
+        }
+        self.eos_id = eos_id
+
+
+class GreedySearch(_Held):
     """Arg-max decoding (beam_size=1): a row leaves as soon as it emits eos or reaches its max length."""
 
     def __init__(
@@ -221,12 +249,9 @@ class GreedySearch:
         self._index = _read_only_range(batch_size)  # its first R entries are "every row", handed out
         self._row_max = lengths.copy()  # (R,) max length of each row's sentence
         self._row_step = np.zeros(batch_size, dtype=np.int64)  # (R,) ids each row generated so far
-        self._min_step = 0  # at most the smallest of them: the min-length check runs only while it is below
         self._seqs = np.zeros((batch_size, 0), dtype=np.int64)  # (R, T) generated ids, left-padded with -1
         self._scores = np.zeros(batch_size, dtype=np.float64)  # (R,) summed log-probs
-        self._results: dict[int, list[Hypothesis]] = {}  # by sentence, once finished
-        self._just_finished: list[int] = []  # sentences finished since the last take_finished()
-        self._count = batch_size  # sentences so far (joined ones included)
+        self._hold(batch_size)
 
     @property
     def row_sentence(self) -> np.ndarray:
@@ -263,7 +288,7 @@ class GreedySearch:
             n = int(self._row_step[r])  # ids generated, this step's included
             tokens = _history(self._seqs, r, n - 1) + ([] if best[r] == self.eos_id else [int(best[r])])
             lp = float(length_penalty(n, self.alpha))
-            self._results[int(self._rows[r])] = [Hypothesis(tokens, float(self._scores[r] / lp))]
+            self._held[int(self._rows[r])] = [Hypothesis(tokens, float(self._scores[r] / lp))]
             self._just_finished.append(int(self._rows[r]))
         parents = np.flatnonzero(~ended).astype(np.int64)  # (R',)
         tokens_next = best[parents].astype(np.int64)  # (R',)
@@ -275,15 +300,12 @@ class GreedySearch:
 
     def finalize(self) -> list[list[Hypothesis]]:
         """One hypothesis per sentence, in input order (empty for a sentence still running, dropped or forgotten)."""
-        return [list(self._results.get(i, [])) for i in range(self._count)]
+        return [list(self._held.get(i, [])) for i in range(self._count)]
 
     def take_finished(self, *, forget: bool = False) -> list[tuple[int, list[Hypothesis]]]:
         """(sentence, its hypothesis) of every sentence that finished since the last call; ``forget``: the search
         keeps no copy (finalize() will not list them), so a long-running search does not grow."""
-        done, self._just_finished = self._just_finished, []
-        if forget:
-            return [(i, self._results.pop(i, [])) for i in done]
-        return [(i, list(self._results[i])) for i in done]
+        return [(i, list(hyps)) for i, hyps in self._taken(forget)]
 
     def drop(self, sentences: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Stop searching for ``sentences`` (they get no result); returns which current rows and which current
@@ -291,31 +313,22 @@ class GreedySearch:
         keep = ~np.isin(self._rows, np.asarray(sentences, dtype=np.int64))  # (R,)
         self._rows, self._seqs, self._scores = self._rows[keep], self._seqs[keep], self._scores[keep]
         self._row_max, self._row_step = self._row_max[keep], self._row_step[keep]
-        self._just_finished = _forget(sentences, self._just_finished, self._results)
+        self._forget(sentences)
         return keep, keep
 
     def join(self, max_lengths: Sequence[int]) -> int:
         """Take on ``len(max_lengths)`` new sentences, one row each after the current rows, with no history yet;
         returns the index of the first (they are numbered on from the sentences so far)."""
-        n = len(max_lengths)
-        lengths = _check(n, self.eos_id, max_lengths, self.min_length, self.alpha)
-        first, self._count = self._count, self._count + n
+        first, lengths = self._newcomers(max_lengths)
+        n = len(lengths)
         self._rows = np.concatenate([self._rows, np.arange(first, first + n, dtype=np.int64)])
         self._row_max = np.concatenate([self._row_max, lengths])
         self._row_step = np.concatenate([self._row_step, np.zeros(n, np.int64)])
-        self._min_step = 0
         self._scores = np.concatenate([self._scores, np.zeros(n)])
         self._seqs = np.concatenate([self._seqs, np.full((n, self._seqs.shape[1]), -1, np.int64)])
         if len(self._rows) > len(self._index):
             self._index = _read_only_range(len(self._rows))
         return first
-
-    def remap(self, positions: np.ndarray, eos_id: int) -> None:
-        """The log-probs' columns change meaning (a vocabulary shortlist's candidates were rebuilt): every id ``i``
-        held so far becomes ``positions[i]``, and eos is ``eos_id``."""
-        self._seqs = _remapped(self._seqs, positions)
-        self._results = _remapped_hyps(self._results, positions)
-        self.eos_id = eos_id
 
 
 def make_search(
