@@ -96,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
             )
             print((out / "engines.md").read_text())
         elif args.which == "cuda":
-            from transduce.bench.cuda import bible_pairs, read_pairs
+            from transduce.bench.cuda import read_pairs
             from transduce.bench.cuda import run as run_cuda
+            from transduce.bench.engines import bible_pairs
 
             checkpoint = Path(args.checkpoint or DEFAULT_CHECKPOINT)
             if not checkpoint.is_file():

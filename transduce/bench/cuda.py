@@ -180,20 +180,6 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join([*lines, ""])
 
 
-def bible_pairs(n: int, work: Path) -> tuple[list[str], list[str]]:
-    """The first n English verses of the Bible dev chapters (deduplicated, as ``transduce bench engines`` takes them)
-    with their German verse as the reference."""
-    from transduce.training.data import bible
-
-    seen: dict[str, str] = {}
-    for pair in bible.pairs(work):
-        if pair.split == "dev":
-            seen.setdefault(pair.en, pair.de)
-    if len(seen) < n:
-        raise ValueError(f"only {len(seen)} dev sentences available, asked for {n}")
-    return list(seen)[:n], list(seen.values())[:n]
-
-
 def run(
     checkpoint: Path,
     pairs: tuple[list[str], list[str]],

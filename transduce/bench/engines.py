@@ -37,15 +37,20 @@ CONFIGS = ((1, 32), (4, 32), (1, 1))  # (beam_size, batch_size)
 
 def source_sentences(n: int, work: Path) -> list[str]:
     """English verses of the Bible *dev* chapters (never test or holdout), deduplicated, first n."""
+    return bible_pairs(n, work)[0]
+
+
+def bible_pairs(n: int, work: Path) -> tuple[list[str], list[str]]:
+    """``source_sentences`` with each verse's German verse, the reference."""
     from transduce.training.data import bible
 
-    seen: dict[str, None] = {}
+    seen: dict[str, str] = {}
     for pair in bible.pairs(work):
         if pair.split == "dev":
-            seen.setdefault(pair.en, None)
+            seen.setdefault(pair.en, pair.de)
     if len(seen) < n:
         raise ValueError(f"only {len(seen)} dev sentences available, asked for {n}")
-    return list(seen)[:n]
+    return list(seen)[:n], list(seen.values())[:n]
 
 
 def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) -> dict[str, str]:
