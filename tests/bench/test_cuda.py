@@ -14,10 +14,10 @@ from transduce.bench.cuda import main, markdown, read_pairs, summary
 
 def test_rows_count_outputs_equal_to_the_cpu_full_vocabulary_row() -> None:
     runs = {
-        "cuda-fp16 1 32": Outcome([[1, 2], [3], [4, 5]], [0.5, 0.5], 700.0),
-        "cpu-fp32-full-4t 1 32": Outcome([[1, 2], [3], [4, 6]], [1.0], 200.0),
-        "cpu-fp32-4t 1 32": Outcome([[7], [3], [4, 5]], [1.0], 210.0),
-        "cuda-fp32 4 32": Outcome([], [], 0.0, "ModelLoadError: no CUDA"),
+        ("cuda-fp16", 1, 32): Outcome([[1, 2], [3], [4, 5]], [0.5, 0.5], 700.0),
+        ("cpu-fp32-full-4t", 1, 32): Outcome([[1, 2], [3], [4, 6]], [1.0], 200.0),
+        ("cpu-fp32-4t", 1, 32): Outcome([[7], [3], [4, 5]], [1.0], 210.0),
+        ("cuda-fp32", 4, 32): Outcome([], [], 0.0, "ModelLoadError: no CUDA"),
     }
     rows = summary(runs, ["a b", "c", "d e"], lambda ids: " ".join(map(str, ids)))
     by = {(r["engine"], r["beam"]): r for r in rows}

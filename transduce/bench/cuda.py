@@ -46,35 +46,35 @@ def read_pairs(path: Path, n: int) -> tuple[list[str], list[str]]:
     return [s for s, _ in lines], [r for _, r in lines]
 
 
+Key = tuple[str, int, int]  # (label, beam, batch) of a run
+
+
 def run_rows(
     ctx: Any, rows: list[tuple[str, str, str, int]], sources: list[list[int]], n_batch1: int
-) -> dict[str, Outcome]:
-    """(label, engine, model dir, threads) x CONFIGS, each in a fresh process; keyed "label beam batch"."""
-    out: dict[str, Outcome] = {}
+) -> dict[Key, Outcome]:
+    """(label, engine, model dir, threads) x CONFIGS, each in a fresh process."""
+    out: dict[Key, Outcome] = {}
     for beam, batch in CONFIGS:
         subset = sources if batch > 1 else sources[:n_batch1]
         for label, engine, path, threads in rows:
             print(f"cuda bench: {label} beam {beam} batch {batch}, {threads} thread(s) ...", file=sys.stderr)
             with ctx.Pool(1) as pool:
-                out[f"{label} {beam} {batch}"] = pool.apply(run_job, (Job(engine, path, subset, beam, batch, threads),))
+                out[label, beam, batch] = pool.apply(run_job, (Job(engine, path, subset, beam, batch, threads),))
     return out
 
 
-def summary(runs: dict[str, Outcome], refs: list[str], decode: Any) -> list[dict[str, Any]]:
+def summary(runs: dict[Key, Outcome], refs: list[str], decode: Any) -> list[dict[str, Any]]:
     """One row per run: tokens/s, sentences/s, peak RSS, BLEU vs references, and how many outputs equal those of the
     first CPU float32 full-vocabulary row (the exact reference: CUDA decodes over the whole vocabulary)."""
     import sacrebleu
 
     rows = []
-    for key, o in runs.items():
-        label, beam, batch = key.rsplit(" ", 2)
-        row: dict[str, Any] = {"engine": label, "beam": int(beam), "batch": int(batch)}
+    for (label, beam, batch), o in runs.items():
+        row: dict[str, Any] = {"engine": label, "beam": beam, "batch": batch}
         if o.error:
             rows.append(row | {"error": o.error})
             continue
-        cpu = next(
-            (v for k, v in runs.items() if k.startswith("cpu-fp32-full") and k.endswith(f" {beam} {batch}")), None
-        )
+        cpu = next((v for k, v in runs.items() if k[0].startswith("cpu-fp32-full") and k[1:] == (beam, batch)), None)
         hyps = [decode(h) for h in o.hyps]
         row.update(
             target_tokens_per_s=round(tokens_per_s(o), 1),
