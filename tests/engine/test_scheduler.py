@@ -135,8 +135,8 @@ async def test_with_a_shortlist_a_failed_join_leaves_the_running_sentences_as_th
     assert [t.result.tokens for t in timed] == standalone(translator, EN[1:2], "en", "de", options)
 
 
-async def joins_and_leaves_match_standalone(translator: Translator, batch_size: int) -> None:
-    """Greedy and beam, both directions, n-best, requests arriving while others decode."""
+async def joins_and_leaves_match_standalone(translator: Translator, batch_size: int) -> list[StepStats]:
+    """Greedy and beam, both directions, n-best, requests arriving while others decode; returns the steps."""
     cases = [
         (EN, "en", "de", DecodeOptions(beam_size=1)),
         (DE, "de", "en", DecodeOptions(beam_size=3, num_hypotheses=2, return_scores=True)),
@@ -169,6 +169,7 @@ async def joins_and_leaves_match_standalone(translator: Translator, batch_size: 
                 assert t.result.scores == pytest.approx(e.scores, abs=1e-4)
     assert max(s.active for s in steps) <= batch_size
     assert sum(s.finished for s in steps) == sum(len(c[0]) for c in cases)
+    return steps
 
 
 async def test_a_short_request_starts_within_a_few_steps_behind_a_heavy_one(tiny_translator: Translator) -> None:
@@ -253,7 +254,7 @@ async def test_the_io_binding_runner_merges_and_trims_the_same(
     from transduce.engine.iobinding_runner import IOBindingRunner
 
     bound = Translator(tiny_model_dir, device="cpu", intra_threads=1)
-    bound.runner = IOBindingRunner(bound.runner.sessions)
+    bound.runner = bound.runners[0] = IOBindingRunner(bound.runner.sessions)
     options = DecodeOptions(beam_size=2)
     async with running(bound, max_batch_size=3) as (scheduler, steps):
         first = asyncio.create_task(scheduler.submit(EN, source_lang="en", target_lang="de", options=options))

@@ -150,21 +150,22 @@ async def test_the_repeat_guard_is_a_setting(tiny_translator: Translator, schedu
         Settings(no_repeat_ngram_size=1)
 
 
-@pytest.mark.parametrize(("scheduler", "expected"), [("static", 2), ("step", 1)])
-def test_engine_replicas_default_to_two_on_two_cores_and_one_for_the_step_scheduler(
-    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str, expected: int
+@pytest.mark.parametrize("scheduler", ["static", "step"])
+def test_engine_replicas_default_to_two_on_two_cores_with_either_scheduler(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str
 ) -> None:
     monkeypatch.setattr("transduce.engine.translator.usable_cores", lambda: 2)
     settings = Settings(model_dir=str(tiny_model_dir), device="cpu", scheduler=scheduler)
     assert settings.engine_replicas == 0  # auto
     engine = load_translator(settings)
-    assert isinstance(engine, Translator) and len(engine.runners) == expected
+    assert isinstance(engine, Translator) and len(engine.runners) == 2
     with pytest.raises(ValueError, match="must be >= 0"):
         Settings(engine_replicas=-1)
 
 
+@pytest.mark.parametrize("scheduler", ["static", "step"])
 async def test_engine_replicas_serve_concurrent_requests_like_one(
-    tiny_translator: Translator, tiny_model_dir: Path
+    tiny_translator: Translator, tiny_model_dir: Path, scheduler: str
 ) -> None:
     loaded: list[TranslatorLike] = []
 
@@ -172,7 +173,14 @@ async def test_engine_replicas_serve_concurrent_requests_like_one(
         loaded.append(load_translator(settings))
         return loaded[-1]
 
-    app = build_app(factory=factory, model_dir=str(tiny_model_dir), device="cpu", engine_replicas=2, max_wait_ms=0)
+    app = build_app(
+        factory=factory,
+        model_dir=str(tiny_model_dir),
+        device="cpu",
+        engine_replicas=2,
+        max_wait_ms=0,
+        scheduler=scheduler,
+    )
     transport = httpx.ASGITransport(app=app)
     async with (
         LifespanManager(app, startup_timeout=30),

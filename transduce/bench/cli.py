@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam-size", type=int, default=4, help="beam size (load)")
     parser.add_argument(
         "--modes",
-        default="step,static,replicas,off",
-        help="service modes to compare (load); replicas: static batching with one engine replica per thread",
+        default="step,step-replicas,static,replicas,off",
+        help="service modes to compare (load); replicas: static batching with one engine replica per thread; "
+        "step-replicas: the step scheduler with one worker and engine replica per thread",
     )
     parser.add_argument(
         "--rounds",

@@ -1,6 +1,7 @@
-"""``transduce bench load``: the real service under a bounded async load, in three modes: step-level scheduling
-(sentences join the running batch between decoder steps), static batching (a batch runs to completion) and
-batching off (one sentence at a time); on a uniform workload and on a mixed one (80 % short requests, 20 % long
+"""``transduce bench load``: the real service under a bounded async load, in five modes: step-level scheduling
+(sentences join the running batch between decoder steps), the same with one worker per engine replica of one thread,
+static batching (a batch runs to completion), the same with engine replicas, and batching off (one sentence at a
+time); on a uniform workload and on a mixed one (80 % short requests, 20 % long
 ones, beams mixed), where the short requests' own latency is reported too.
 
 Closed loop: N clients, each sending its next request when the last one is answered (the server is saturated from 4
@@ -59,7 +60,9 @@ def _cpu_seconds(pid: int) -> dict[str, float]:
     return {"server": server, "event_loop": loop}
 
 
-MODES = ("step", "static", "replicas", "off")  # replicas: static batching, one engine replica per thread
+# replicas: static batching, one engine replica per thread; step-replicas: the step scheduler, one worker per thread
+MODES = ("step", "step-replicas", "static", "replicas", "off")
+REPLICATED = ("replicas", "step-replicas")
 
 
 @dataclass(frozen=True)
@@ -154,21 +157,22 @@ def _summary(load: list[Request], latencies: list[tuple[bool, float]], errors: i
 
 
 def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
-    """`transduce serve` as a subprocess on loopback in ``mode`` (step, static, replicas: static with ``threads``
-    engine replicas of one thread each, or off: static with batches of 1)."""
+    """`transduce serve` as a subprocess on loopback in ``mode`` (step, step-replicas: step with ``threads`` engine
+    replicas of one thread each, static, replicas: static with ``threads`` engine replicas of one thread each, or
+    off: static with batches of 1)."""
     port = _free_port()
     env = {
         **os.environ,
         "TRANSDUCE_MODEL_DIR": model_dir,
         "TRANSDUCE_PORT": str(port),
         "TRANSDUCE_HOST": "127.0.0.1",
-        "TRANSDUCE_SCHEDULER": "step" if mode == "step" else "static",
+        "TRANSDUCE_SCHEDULER": "step" if mode.startswith("step") else "static",
         "TRANSDUCE_MAX_BATCH_SIZE": "1" if mode == "off" else "32",
         "TRANSDUCE_MAX_WAIT_MS": "0" if mode == "off" else "5",
         "TRANSDUCE_MAX_QUEUE_ITEMS": "100000",
         "TRANSDUCE_REQUEST_TIMEOUT_S": "600",
-        "TRANSDUCE_INTRA_THREADS": "1" if mode == "replicas" else str(threads),
-        "TRANSDUCE_ENGINE_REPLICAS": str(threads) if mode == "replicas" else "1",
+        "TRANSDUCE_INTRA_THREADS": "1" if mode in REPLICATED else str(threads),
+        "TRANSDUCE_ENGINE_REPLICAS": str(threads) if mode in REPLICATED else "1",
         "TRANSDUCE_LOG_JSON": "false",
         "TRANSDUCE_CACHE_SIZE": "0",  # the workload repeats its sentences: measure decoding, not cache hits
     }
@@ -289,7 +293,7 @@ def _compare(rows: list[dict[str, Any]], offline: float) -> None:
         off, static = index.get(key(r, "off")), index.get(key(r, "static"))
         if off is not None and r is not off and r["workload"] != "mixed-open":  # open loop: the rate is the same
             r["speedup_vs_off"] = round(r["requests_per_s"] / off["requests_per_s"], 2)
-        if static is not None and r["mode"] == "step":
+        if static is not None and r["mode"].startswith("step"):
             r["short_p99_vs_static"] = round(static["short_p99_ms"] / max(r["short_p99_ms"], 1e-9), 2)
         if r["workload"] == "uniform":
             r["fraction_of_offline"] = round(r["requests_per_s"] / offline, 2)

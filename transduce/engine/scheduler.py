@@ -1,113 +1,42 @@
 """Step-level (continuous) batching: the sentences of every request queue fairly, join the running batch between
 decoder steps, and leave as soon as they finish; a request is answered when its last sentence is done.
 
-One worker thread owns the model. Between two steps it drops cancelled and expired sentences, admits queued ones
-round-robin across requests while the batch has room (``max_batch_size`` sentences, ``max_tokens_in_flight`` source
-tokens x beam), encodes the newcomers in one pass and merges them into the running batch of their beam width, then
-steps every running batch once. Queue errors are the batcher's (``QueueFullError``, ``RequestTooLargeError``,
-``DeadlineExceededError``, ``BatcherClosedError``), so the service maps both kinds of queue the same way.
+One worker thread per engine replica of the ``Translator`` (its ``runners``), each with its own running batches, all
+taking from one queue. Between two steps a worker drops cancelled and expired sentences, admits queued ones
+round-robin across requests while its batch has room (``max_batch_size`` sentences, ``max_tokens_in_flight`` source
+tokens x beam, per worker), encodes the newcomers in one pass and merges them into its running batch of their beam
+width, then steps each of its running batches once. With several workers the least loaded one takes newcomers, and
+one worker's Python bookkeeping (search, joins) runs while another's onnxruntime step holds the cores. Queue errors
+are the batcher's (``QueueFullError``, ``RequestTooLargeError``, ``DeadlineExceededError``, ``BatcherClosedError``),
+so the service maps both kinds of queue the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import cast
 
 from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
+from transduce.engine.runner import DecoderRunner
 from transduce.engine.running import Job, RunningBatch
 from transduce.engine.search import Hypothesis
+from transduce.engine.slots import Request, Slot, StepStats, Timed, call_soon
 from transduce.engine.translator import TranslationResult, Translator
+
+__all__ = ["StepScheduler", "StepStats", "Timed"]
 
 log = logging.getLogger("transduce.scheduler")
 
 
-@dataclass(frozen=True)
-class Timed:
-    """A sentence's result, when it started decoding and when it finished (monotonic seconds); with the step
-    scheduler also how many decoder steps ran while it was queued (counted when it entered the queue, under the
-    queue's lock, so time the caller spent before that, tokenising or waiting for the interpreter, is not counted)."""
-
-    result: TranslationResult
-    started: float
-    finished: float
-    steps_queued: int = 0
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """One step of the running batches, reported to the ``on_step`` hook."""
-
-    active: int  # sentences that decoded in this step
-    finished: int  # of them, how many finished
-    queue_wait_ms: list[float]  # how long each sentence admitted before this step waited in the queue
-    step_ms: float
-    ok: bool
-
-
-@dataclass(eq=False)
-class _Slot:
-    """Where a job's result goes: its request and position, and when it was queued and admitted."""
-
-    request: _Request
-    index: int
-    queued: float
-    blocked_since: int | None = None  # step count when it first fitted its request's share but not the batch
-    admitted: float = 0.0
-    queued_step: int = 0  # step counts when it entered the queue and when it was admitted
-    admitted_step: int = 0
-
-
-@dataclass(eq=False)
-class _Request:
-    """One submit: its queued jobs, results so far, and the future its caller awaits on the event loop."""
-
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[list[Timed]]
-    size: int
-    deadline: float | None
-    submitted: float
-    pending: deque[Job] = field(default_factory=deque)
-    results: list[Timed | None] = field(init=False)
-    remaining: int = field(init=False)
-    cancelled: bool = False  # set on the event loop (client gone, deadline); read by the worker between steps
-
-    def __post_init__(self) -> None:
-        self.results, self.remaining = [None] * self.size, self.size
-
-    def over(self) -> bool:
-        """Cancelled, failed, or past its deadline: its sentences should not (go on) decode."""
-        return self.cancelled or (self.deadline is not None and time.monotonic() > self.deadline)
-
-    def deliver(self, index: int, timed: Timed) -> None:
-        """On the event loop: store one result; the last one completes the future."""
-        if self.future.done():
-            return
-        self.results[index] = timed
-        self.remaining -= 1
-        if self.remaining == 0:
-            missing = [i for i, r in enumerate(self.results) if r is None]
-            if missing:  # a sentence delivered twice: a scheduler bug, never a shifted result list
-                self.future.set_exception(RuntimeError(f"no translation was delivered for sentences {missing[:10]}"))
-            else:
-                self.future.set_result(cast(list[Timed], self.results))
-
-    def fail(self, exc: BaseException) -> None:
-        """On the event loop: fail the request unless it is already over."""
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-
 class StepScheduler:
-    """Continuous batching over a ``Translator``: ``await submit(...)`` from the event loop, one worker thread."""
+    """Continuous batching over a ``Translator``: ``await submit(...)`` from the event loop; one worker thread per
+    engine replica (``Translator.runners``), all taking from one fair queue."""
 
     def __init__(
         self,
@@ -117,17 +46,20 @@ class StepScheduler:
         on_step: Callable[[StepStats], None] | None = None,
     ) -> None:
         self.translator, self.config, self.on_step = translator, config or SchedulerConfig(), on_step
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the queue, and the step count
         self._wake = threading.Event()
-        self._requests: deque[_Request] = deque()  # requests with queued jobs, in round-robin order
+        self._requests: deque[Request] = deque()  # requests with queued jobs, in round-robin order
         self._queued = 0
-        self._batches: dict[int, RunningBatch] = {}  # by beam width
-        self._waits: list[float] = []  # queue waits of the jobs admitted since the last step report
-        self._steps = 0  # decoder steps so far
-        self._last_join = 0  # the step count at the last join
-        self._thread: threading.Thread | None = None
+        self._steps = 0  # decoder steps so far, every worker's
+        self._workers = [_Worker(self, runner, i) for i, runner in enumerate(translator.runners)]
+        self._threads: list[threading.Thread] = []
         self._closed = False
         self._abort: BaseException | None = None
+
+    @property
+    def workers(self) -> int:
+        """Worker threads, one per engine replica."""
+        return len(self._workers)
 
     @property
     def queue_depth(self) -> int:
@@ -137,19 +69,27 @@ class StepScheduler:
     @property
     def in_flight(self) -> int:
         """Sentences decoding now."""
-        return sum(b.sentences for b in list(self._batches.values()))
+        return sum(w.sentences for w in self._workers)
+
+    @property
+    def in_flight_by_worker(self) -> list[int]:
+        """Sentences decoding now in each worker."""
+        return [w.sentences for w in self._workers]
 
     @property
     def closed(self) -> bool:
-        """True once stop() began (or the worker died)."""
+        """True once stop() began (or a worker died)."""
         return self._closed
 
     async def start(self) -> None:
-        """Start the worker thread."""
-        if self._thread is not None or self._closed:
+        """Start the worker threads."""
+        if self._threads or self._closed:
             raise RuntimeError("scheduler already started (a StepScheduler cannot be restarted; create a new one)")
-        self._thread = threading.Thread(target=self._work, name="transduce-scheduler", daemon=True)
-        self._thread.start()
+        for w in self._workers:
+            name = "transduce-scheduler" + (f"-{w.index}" if len(self._workers) > 1 else "")
+            self._threads.append(threading.Thread(target=w.work, name=name, daemon=True))
+        for thread in self._threads:
+            thread.start()
 
     async def submit(
         self,
@@ -163,7 +103,7 @@ class StepScheduler:
         """Translate sentences (none blank); results in order. Raises the batcher's queue errors."""
         if self._closed:
             raise BatcherClosedError("the scheduler is shutting down and takes no new requests")
-        if self._thread is None:
+        if not self._threads:
             raise BatcherClosedError("the scheduler is not running yet: call start() first")
         limit = self.config.max_queue_items
         if len(texts) > limit:
@@ -175,10 +115,10 @@ class StepScheduler:
         if deadline is not None and deadline <= now:
             raise DeadlineExceededError("the request's deadline passed before it was queued")
         loop = asyncio.get_running_loop()
-        request = _Request(loop, loop.create_future(), len(texts), deadline, now)
+        request = Request(loop, loop.create_future(), len(texts), deadline, now)
         tokenizer = self.translator.tokenizer
         for i, text in enumerate(texts):
-            slot = _Slot(request, i, now)
+            slot = Slot(request, i, now)
             ids = tokenizer.encode_source(text, target_lang)
             request.pending.append(Job(ids, options, self._on_done(slot, options), request.over, tag=slot))
         with self._lock:
@@ -205,14 +145,15 @@ class StepScheduler:
             raise
 
     async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
-        """Refuse new work; finish what was accepted (``drain``, bounded by ``timeout``) or fail it; stop the worker."""
+        """Refuse new work; finish what was accepted (``drain``, bounded by ``timeout``) or fail it; stop the
+        workers."""
         self._closed = True
         if not drain:
             self._abort = BatcherClosedError("the server shut down before this request was processed")
         self._wake.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, timeout)
-            if self._thread.is_alive():
+        if self._threads:
+            await asyncio.to_thread(_join_all, self._threads, timeout)
+            if any(t.is_alive() for t in self._threads):
                 log.warning(
                     "stop(): %d queued and %d running sentences not finished within %s s",
                     self.queue_depth,
@@ -222,7 +163,7 @@ class StepScheduler:
                 self._abort = BatcherClosedError("the scheduler stopped before this request was processed")
                 self._wake.set()
 
-    def _on_done(self, slot: _Slot, options: DecodeOptions) -> Callable[[list[Hypothesis]], None]:
+    def _on_done(self, slot: Slot, options: DecodeOptions) -> Callable[[list[Hypothesis]], None]:
         def done(hyps: list[Hypothesis]) -> None:  # in the worker thread
             tok = self.translator.tokenizer
             result = TranslationResult(
@@ -233,38 +174,62 @@ class StepScheduler:
             with self.translator.stats.lock:
                 self.translator.stats.generated_tokens += len(hyps[0].tokens) + 1 if hyps else 0
             timed = Timed(result, slot.admitted, time.monotonic(), slot.admitted_step - slot.queued_step)
-            _call_soon(slot.request, slot.request.deliver, slot.index, timed)
+            call_soon(slot.request, slot.request.deliver, slot.index, timed)
 
         return done
 
-    # ---- the worker thread -------------------------------------------------------------------------------------
 
-    def _work(self) -> None:
+class _Worker:
+    """One engine replica's running batches (one per beam width), admitted into and stepped by a thread of its own."""
+
+    def __init__(self, owner: StepScheduler, runner: DecoderRunner, index: int) -> None:
+        self.owner, self.runner, self.index = owner, runner, index
+        self.batches: dict[int, RunningBatch] = {}  # by beam width
+        self.waits: list[float] = []  # queue waits of the jobs admitted since the last step report
+        self.steps = 0  # this worker's decoder steps (the scheduler counts every worker's)
+        self.last_join = 0  # this worker's step count at its last join
+
+    @property
+    def sentences(self) -> int:
+        """Sentences decoding in this worker now."""
+        return sum(b.sentences for b in list(self.batches.values()))
+
+    def work(self) -> None:
+        owner = self.owner
         try:
             with flushing_denormals():  # the worker only decodes: denormals flushed for its life (engine.denormals)
                 while True:
-                    if self._abort is not None:
-                        self._fail_everything(self._abort)
+                    if owner._abort is not None:
+                        self.fail_everything(owner._abort)
                         return
-                    self._admit()
-                    if not self._batches:
-                        if self._closed and not self._queued:
+                    self.admit()
+                    if not self.batches:
+                        if owner._closed and not owner._queued:
                             return
-                        self._wake.wait(0.05 if self._queued else None)
-                        self._wake.clear()
+                        owner._wake.wait(0.05 if owner._queued else None)
+                        owner._wake.clear()
                         continue
-                    self._step()
+                    self.step()
         except Exception as exc:  # a bug: nobody may wait forever
             log.exception("scheduler worker crashed; refusing new work")
-            self._closed = True
-            self._fail_everything(exc)
+            owner._closed = True
+            owner._abort = exc  # the other workers fail theirs too
+            owner._wake.set()
+            self.fail_everything(exc)
 
-    def _admit(self) -> None:
+    def lighter_elsewhere(self) -> bool:
+        """Whether another worker decodes fewer sentences than this one (it takes the newcomers: they decode in the
+        smaller batch, and the two batches stay even)."""
+        mine = self.sentences
+        return any(w.sentences < mine for w in self.owner._workers if w is not self)
+
+    def admit(self) -> None:
         """Move queued jobs into the running batches, round-robin across requests, within the limits; one request
         holds at most ``request_share`` of them (or one sentence), so a newcomer finds room at the next step."""
-        cfg, now = self.config, time.monotonic()
+        owner = self.owner
+        cfg, now = owner.config, time.monotonic()
         held: dict[int, list[int]] = {}  # per request: [sentences, cost] decoding now
-        for job in (j for b in self._batches.values() for j in b.live_jobs()):
+        for job in (j for b in self.batches.values() for j in b.live_jobs()):
             mine = held.setdefault(id(job.tag.request), [0, 0])
             mine[0], mine[1] = mine[0] + 1, mine[1] + job.cost
         active, cost = sum(h[0] for h in held.values()), sum(h[1] for h in held.values())
@@ -274,38 +239,38 @@ class StepScheduler:
         def fits(job: Job) -> bool:
             return not active or cost + job.cost <= cfg.max_tokens_in_flight
 
-        def fair(request: _Request, job: Job) -> bool:
+        def fair(request: Request, job: Job) -> bool:
             mine = held.get(id(request), [0, 0])
             return not mine[0] or (mine[0] < share_size and mine[1] + job.cost <= share_cost)
 
         admitted: list[Job] = []
 
-        def take(request: _Request) -> None:
+        def take(request: Request) -> None:
             nonlocal active, cost
             job = request.pending.popleft()
             if not request.pending:
-                self._requests.remove(request)
-            self._queued -= 1
+                owner._requests.remove(request)
+            owner._queued -= 1
             active, cost = active + 1, cost + job.cost
             mine = held.setdefault(id(request), [0, 0])
             mine[0], mine[1] = mine[0] + 1, mine[1] + job.cost
             admitted.append(job)
-            job.tag.admitted, job.tag.admitted_step = now, self._steps
-            self._waits.append((now - job.tag.queued) * 1000)
+            job.tag.admitted, job.tag.admitted_step = now, owner._steps
+            self.waits.append((now - job.tag.queued) * 1000)
 
-        with self._lock:
-            for request in list(self._requests):  # drop what nobody waits for any more
+        with owner._lock:
+            for request in list(owner._requests):  # drop what nobody waits for any more
                 if request.over() or not request.pending:
-                    self._queued -= len(request.pending)
+                    owner._queued -= len(request.pending)
                     request.pending.clear()
-                    self._requests.remove(request)
-            if not self._requests or not self._may_join(active):
+                    owner._requests.remove(request)
+            if not owner._requests or not self.may_join(active) or (active and self.lighter_elsewhere()):
                 return
             starved = [
                 r
-                for r in self._requests
+                for r in owner._requests
                 if r.pending[0].tag.blocked_since is not None
-                and self._steps - r.pending[0].tag.blocked_since >= cfg.starve_steps
+                and owner._steps - r.pending[0].tag.blocked_since >= cfg.starve_steps
                 and fair(r, r.pending[0])
             ]
             if starved:  # the sentence kept out longest by what others hold goes first, once the batch has room
@@ -314,31 +279,31 @@ class StepScheduler:
                     return  # the batch drains until it fits
                 take(oldest)
             blocked = 0  # requests in a row that could not take a sentence
-            while self._requests and active < cfg.max_batch_size and blocked < len(self._requests):
-                request = self._requests[0]
+            while owner._requests and active < cfg.max_batch_size and blocked < len(owner._requests):
+                request = owner._requests[0]
                 job = request.pending[0]
-                self._requests.rotate(-1)  # the next sentence comes from the next request
+                owner._requests.rotate(-1)  # the next sentence comes from the next request
                 if not (fits(job) and fair(request, job)):
                     if fair(request, job) and job.tag.blocked_since is None:
-                        job.tag.blocked_since = self._steps  # within its share, kept out by what others hold
+                        job.tag.blocked_since = owner._steps  # within its share, kept out by what others hold
                     blocked += 1
                     continue
                 blocked = 0
                 take(request)
         if admitted:
-            self._last_join = self._steps
-        self._join(admitted)
+            self.last_join = self.steps
+        self.join(admitted)
 
-    def _may_join(self, active: int) -> bool:
+    def may_join(self, active: int) -> bool:
         """Whether newcomers may join now: the batch has room, and it is empty or lightly used, or the last join
         was ``join_every_steps`` ago (joins in groups keep state copies and search objects few)."""
-        cfg = self.config
+        cfg = self.owner.config
         free = cfg.max_batch_size - active
         if free <= 0:
             return False
-        return not active or free >= cfg.join_free or self._steps - self._last_join >= cfg.join_every_steps
+        return not active or free >= cfg.join_free or self.steps - self.last_join >= cfg.join_every_steps
 
-    def _join(self, admitted: list[Job]) -> None:
+    def join(self, admitted: list[Job]) -> None:
         """Encode the admitted jobs, one encoder pass per distinct options, into the running batch of their beam
         width; a failure (e.g. out of memory) fails only the requests of that pass."""
         groups: dict[DecodeOptions, list[Job]] = {}
@@ -346,7 +311,7 @@ class StepScheduler:
             groups.setdefault(job.options, []).append(job)
         for options, jobs in groups.items():
             beam = options.beam_size
-            batch = self._batches.setdefault(beam, RunningBatch(self.translator.runner, self.translator.manifest, beam))
+            batch = self.batches.setdefault(beam, RunningBatch(self.runner, self.owner.translator.manifest, beam))
             try:
                 real, padded = batch.join(jobs)
             except Exception as exc:
@@ -354,19 +319,20 @@ class StepScheduler:
                 for job in jobs:
                     request = job.tag.request
                     request.cancelled = True  # its other sentences are dropped at the next admission
-                    _call_soon(request, request.fail, exc)
+                    call_soon(request, request.fail, exc)
                 if batch.state is None:
-                    del self._batches[beam]
+                    del self.batches[beam]
                 continue
-            with self.translator.stats.lock:
-                self.translator.stats.batches += 1
-                self.translator.stats.source_tokens += real
-                self.translator.stats.padded_source_tokens += padded
+            stats = self.owner.translator.stats
+            with stats.lock:
+                stats.batches += 1
+                stats.source_tokens += real
+                stats.padded_source_tokens += padded
 
-    def _step(self) -> None:
-        active = sum(b.sentences for b in self._batches.values())
+    def step(self) -> None:
+        active = sum(b.sentences for b in self.batches.values())
         started, finished, ok = time.monotonic(), 0, True
-        for beam, batch in list(self._batches.items()):
+        for beam, batch in list(self.batches.items()):
             try:
                 finished += batch.step()
             except Exception as exc:  # a failed step fails only the requests decoding in that batch
@@ -375,35 +341,39 @@ class StepScheduler:
                 for job in batch.fail():
                     request = job.tag.request
                     request.cancelled = True
-                    _call_soon(request, request.fail, exc)
+                    call_soon(request, request.fail, exc)
             if batch.state is None:
-                del self._batches[beam]
-        self._steps += 1
-        waits, self._waits = self._waits, []
-        stats = self.translator.stats
+                del self.batches[beam]
+        self.steps += 1
+        with self.owner._lock:
+            self.owner._steps += 1
+        waits, self.waits = self.waits, []
+        stats = self.owner.translator.stats
         with stats.lock:
             stats.decoder_steps += 1
             stats.sentences += finished
-        if self.on_step is not None:
+        if (on_step := self.owner.on_step) is not None:
             try:
-                self.on_step(StepStats(active, finished, waits, (time.monotonic() - started) * 1000, ok))
+                on_step(StepStats(active, finished, waits, (time.monotonic() - started) * 1000, ok, self.index))
             except Exception:
                 log.exception("on_step hook failed (ignored)")
 
-    def _fail_everything(self, exc: BaseException) -> None:
-        with self._lock:
-            requests = list(self._requests)
-            self._requests.clear()
-            self._queued = 0
-        for batch in self._batches.values():
+    def fail_everything(self, exc: BaseException) -> None:
+        owner = self.owner
+        with owner._lock:
+            requests = list(owner._requests)
+            owner._requests.clear()
+            owner._queued = 0
+        for batch in self.batches.values():
             requests += [job.tag.request for job in batch.fail()]
-        self._batches.clear()
+        self.batches.clear()
         for request in requests:
             request.cancelled = True
-            _call_soon(request, request.fail, exc)
+            call_soon(request, request.fail, exc)
 
 
-def _call_soon(request: _Request, fn: Callable[..., None], *args: object) -> None:
-    """Run ``fn`` on the request's event loop (ignored when that loop is gone)."""
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for this request any more
-        request.loop.call_soon_threadsafe(fn, *args)
+def _join_all(threads: list[threading.Thread], timeout: float | None) -> None:
+    """Join every thread within ``timeout`` seconds in all (None: wait for each)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    for thread in threads:
+        thread.join(None if end is None else max(0.0, end - time.monotonic()))

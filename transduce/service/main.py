@@ -46,8 +46,7 @@ def load_translator(settings: Settings) -> TranslatorLike:
         device=settings.device,
         intra_threads=settings.intra_threads,
         strict_device=settings.strict_device,
-        # the step scheduler drives one engine: auto gives it one
-        replicas=settings.engine_replicas or (1 if settings.scheduler == "step" else 0),
+        replicas=settings.engine_replicas,  # either scheduler: one worker per replica
         shortlist=settings.shortlist,
         shared_pool=True,  # every engine and model of the server on one thread pool
     )
