@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.engine.test_scheduler import DE, EN, joins_and_leaves_match_standalone, running, standalone, wait_for
+from transduce.engine.batcher import BatcherClosedError
 from transduce.engine.options import DecodeOptions, SchedulerConfig
 from transduce.engine.runner import DecoderState
 from transduce.engine.scheduler import StepScheduler
@@ -42,14 +43,17 @@ async def test_two_workers_translate_as_decoding_alone(two_workers: Translator, 
 
 async def test_a_newcomer_goes_to_the_lighter_worker(two_workers: Translator) -> None:
     options = DecodeOptions(beam_size=1)
-    async with running(two_workers, max_batch_size=4) as (scheduler, _):
+    async with running(two_workers, max_batch_size=4) as (scheduler, steps):
         assert scheduler.workers == 2
         busy = asyncio.create_task(scheduler.submit(LONG, source_lang="en", target_lang="de", options=options))
         await wait_for(lambda: sorted(scheduler.in_flight_by_worker) == [0, 2])  # one worker took both
+        idle = scheduler.in_flight_by_worker.index(0)
         # the busy worker has room (2 of 4) but the other one decodes fewer: the newcomer decodes there
         (short,) = await scheduler.submit(EN[:1], source_lang="en", target_lang="de", options=options)
-        assert not busy.done() and sorted(scheduler.in_flight_by_worker) == [0, 2]
+        assert not busy.done()
         busy.cancel()
+    assert any(s.worker == idle and s.active == 1 for s in steps)
+    assert max(s.active for s in steps) == 2  # never with the busy worker's two
     assert short.result.tokens == standalone(two_workers, EN[:1], "en", "de", options)[0]
 
 
@@ -109,3 +113,17 @@ async def test_stop_drains_every_worker(two_workers: Translator) -> None:
     await wait_for(lambda: min(scheduler.in_flight_by_worker) > 0)
     await scheduler.stop(drain=True, timeout=60)
     assert [len(await t) for t in tasks] == [5, 5, 5] and scheduler.closed and scheduler.in_flight == 0
+
+
+@pytest.mark.parametrize("drain", [True, False])
+async def test_idle_workers_stop_at_once(two_workers: Translator, drain: bool) -> None:
+    """Both workers asleep after their work: stop wakes each (no wake-up lost to the other clearing it)."""
+    scheduler = StepScheduler(two_workers, SchedulerConfig(max_batch_size=2))
+    await scheduler.start()
+    for _ in range(5):  # both workers wake on every submit; one finds nothing to take and sleeps again
+        await scheduler.submit(EN[:3], source_lang="en", target_lang="de")
+    await wait_for(lambda: scheduler.in_flight == 0)
+    await asyncio.wait_for(scheduler.stop(drain=drain), 10)  # no timeout of its own: it returns, or this fails
+    assert scheduler.closed
+    with pytest.raises(BatcherClosedError):
+        await scheduler.submit(EN[:1], source_lang="en", target_lang="de")

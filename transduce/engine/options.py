@@ -84,8 +84,9 @@ class SchedulerConfig:
     # join_every_steps steps passed since the last join. An empty or lightly used batch takes newcomers at once.
     join_min_free: int = 0
     join_every_steps: int = 8
-    # A queued sentence within its request's share that has not fitted the room left for this many steps stops
-    # every other admission until it fits, so a long legal sentence is never starved by a stream of short ones.
+    # A queued sentence within its request's share that has not fitted the room left for this many steps (of each
+    # worker: the count is every worker's steps) stops every other admission in the worker that finds it so, until it
+    # fits there, so a long legal sentence is never starved by a stream of short ones.
     starve_steps: int = 16
 
     def __post_init__(self) -> None:

@@ -47,7 +47,6 @@ class StepScheduler:
     ) -> None:
         self.translator, self.config, self.on_step = translator, config or SchedulerConfig(), on_step
         self._lock = threading.Lock()  # the queue, and the step count
-        self._wake = threading.Event()
         self._requests: deque[Request] = deque()  # requests with queued jobs, in round-robin order
         self._queued = 0
         self._steps = 0  # decoder steps so far, every worker's
@@ -55,6 +54,11 @@ class StepScheduler:
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._abort: BaseException | None = None
+
+    def _wake(self) -> None:
+        """Wake every worker (each waits on an event of its own, which only it clears: none misses a wake-up)."""
+        for w in self._workers:
+            w.wake.set()
 
     @property
     def workers(self) -> int:
@@ -122,6 +126,8 @@ class StepScheduler:
             ids = tokenizer.encode_source(text, target_lang)
             request.pending.append(Job(ids, options, self._on_done(slot, options), request.over, tag=slot))
         with self._lock:
+            if self._closed:  # again under the lock: a worker that crashed meanwhile failed the queue under it
+                raise BatcherClosedError("the scheduler is shutting down and takes no new requests")
             if self._queued + len(texts) > limit:
                 raise QueueFullError(
                     f"queue full: {self._queued} of {limit} sentences waiting, no room for {len(texts)}"
@@ -130,18 +136,18 @@ class StepScheduler:
             self._queued += len(texts)
             for job in request.pending:
                 job.tag.queued_step = self._steps
-        self._wake.set()
+        self._wake()
         try:
             if deadline is None:
                 return await request.future
             return await asyncio.wait_for(request.future, deadline - time.monotonic())
         except TimeoutError:
             request.cancelled = True  # the worker drops its queued and running sentences at the next step
-            self._wake.set()
+            self._wake()
             raise DeadlineExceededError("the request's deadline passed before it was processed") from None
         except asyncio.CancelledError:
             request.cancelled = True
-            self._wake.set()
+            self._wake()
             raise
 
     async def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
@@ -150,7 +156,7 @@ class StepScheduler:
         self._closed = True
         if not drain:
             self._abort = BatcherClosedError("the server shut down before this request was processed")
-        self._wake.set()
+        self._wake()
         if self._threads:
             await asyncio.to_thread(_join_all, self._threads, timeout)
             if any(t.is_alive() for t in self._threads):
@@ -161,7 +167,7 @@ class StepScheduler:
                     timeout,
                 )
                 self._abort = BatcherClosedError("the scheduler stopped before this request was processed")
-                self._wake.set()
+                self._wake()
 
     def _on_done(self, slot: Slot, options: DecodeOptions) -> Callable[[list[Hypothesis]], None]:
         def done(hyps: list[Hypothesis]) -> None:  # in the worker thread
@@ -188,6 +194,8 @@ class _Worker:
         self.waits: list[float] = []  # queue waits of the jobs admitted since the last step report
         self.steps = 0  # this worker's decoder steps (the scheduler counts every worker's)
         self.last_join = 0  # this worker's step count at its last join
+        self.wake = threading.Event()  # set by the scheduler (submits, cancellations, stop) and by other workers
+        self.refused = False  # its last admission left queued sentences it could not take
 
     @property
     def sentences(self) -> int:
@@ -206,22 +214,28 @@ class _Worker:
                     if not self.batches:
                         if owner._closed and not owner._queued:
                             return
-                        owner._wake.wait(0.05 if owner._queued else None)
-                        owner._wake.clear()
+                        self.wake.wait(0.05 if owner._queued else None)
+                        self.wake.clear()
                         continue
                     self.step()
         except Exception as exc:  # a bug: nobody may wait forever
             log.exception("scheduler worker crashed; refusing new work")
-            owner._closed = True
+            with owner._lock:  # a submit checks it under the lock too: nothing is queued after the queue is failed
+                owner._closed = True
             owner._abort = exc  # the other workers fail theirs too
-            owner._wake.set()
+            owner._wake()
             self.fail_everything(exc)
 
     def lighter_elsewhere(self) -> bool:
-        """Whether another worker decodes fewer sentences than this one (it takes the newcomers: they decode in the
-        smaller batch, and the two batches stay even)."""
+        """Whether another worker that took every queued sentence it could at its last admission decodes fewer
+        sentences than this one: it takes the newcomers (they decode in the smaller batch, and the batches stay
+        even), woken here in case it sleeps. A lighter worker that left some queued (no room for their cost, or
+        their request's share used up there) is not waited for."""
         mine = self.sentences
-        return any(w.sentences < mine for w in self.owner._workers if w is not self)
+        lighter = [w for w in self.owner._workers if w is not self and not w.refused and w.sentences < mine]
+        for w in lighter:
+            w.wake.set()
+        return bool(lighter)
 
     def admit(self) -> None:
         """Move queued jobs into the running batches, round-robin across requests, within the limits; one request
@@ -265,17 +279,19 @@ class _Worker:
                     request.pending.clear()
                     owner._requests.remove(request)
             if not owner._requests or not self.may_join(active) or (active and self.lighter_elsewhere()):
+                self.refused = bool(owner._requests) and not self.may_join(active)
                 return
             starved = [
                 r
                 for r in owner._requests
                 if r.pending[0].tag.blocked_since is not None
-                and owner._steps - r.pending[0].tag.blocked_since >= cfg.starve_steps
+                and owner._steps - r.pending[0].tag.blocked_since >= cfg.starve_steps * len(owner._workers)
                 and fair(r, r.pending[0])
             ]
             if starved:  # the sentence kept out longest by what others hold goes first, once the batch has room
                 oldest = min(starved, key=lambda r: r.pending[0].tag.blocked_since)
                 if not fits(oldest.pending[0]):
+                    self.refused = True
                     return  # the batch drains until it fits
                 take(oldest)
             blocked = 0  # requests in a row that could not take a sentence
@@ -290,6 +306,7 @@ class _Worker:
                     continue
                 blocked = 0
                 take(request)
+            self.refused = bool(owner._requests)
         if admitted:
             self.last_join = self.steps
         self.join(admitted)

@@ -133,7 +133,7 @@ class Translator:
                     shared_pool=shared_pool and replicas == 1,
                 )
             )
-        self.runner = self.runners[0]  # the step scheduler drives this one
+        self.runner = self.runners[0]  # the first replica (the provider, and what tests patch)
         self._free: queue.SimpleQueue[DecoderRunner] = queue.SimpleQueue()  # runners no translate call holds
         for runner in self.runners:
             self._free.put(runner)

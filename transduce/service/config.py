@@ -52,7 +52,11 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="address to bind")
     port: int = Field(5000, description="port to bind (5000 is LibreTranslate's)")
-    max_batch_size: int = Field(BATCHER.max_batch_size, description="sentences per engine batch (1 = no batching)")
+    max_batch_size: int = Field(
+        BATCHER.max_batch_size,
+        description="sentences per engine batch (static) / decoding at once in each engine replica's worker "
+        "(step); 1 = no batching",
+    )
     scheduler: Literal["step", "static"] = Field(
         "static",
         description="step: sentences join the running batch between decoder steps and leave when done; "
@@ -60,7 +64,8 @@ class Settings(BaseSettings):
     )
     max_batch_tokens: int = Field(BATCHER.max_batch_tokens, description="source tokens per engine batch (static)")
     max_tokens_in_flight: int = Field(
-        SCHEDULER.max_tokens_in_flight, description="source tokens x beam decoding at once (step)"
+        SCHEDULER.max_tokens_in_flight,
+        description="source tokens x beam decoding at once in each engine replica's worker (step)",
     )
     max_wait_ms: float = Field(BATCHER.max_wait_ms, description="how long a queued sentence waits for company")
     max_queue_items: int = Field(
