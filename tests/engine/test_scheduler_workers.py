@@ -127,3 +127,30 @@ async def test_idle_workers_stop_at_once(two_workers: Translator, drain: bool) -
     assert scheduler.closed
     with pytest.raises(BatcherClosedError):
         await scheduler.submit(EN[:1], source_lang="en", target_lang="de")
+
+
+async def test_a_lighter_worker_without_room_for_a_sentence_does_not_hold_it_back(two_workers: Translator) -> None:
+    """The lighter worker decodes one long sentence and has no token budget left for the newcomer: the other worker,
+    busier but with room, takes it at its next join instead of waiting for the long sentence to end."""
+    options = DecodeOptions(beam_size=1)
+    tokenizer = two_workers.tokenizer
+    long, medium = LONG[0], EN[1]
+    cost_long, cost_medium = (len(tokenizer.encode_source(t, "de")) for t in (long, medium))
+    budget = cost_long + cost_medium - 1  # the long sentence's worker cannot take the medium one as well
+    shorts = ["Hello world.", "Good night!"]
+    assert sum(len(tokenizer.encode_source(t, "de")) for t in shorts) + cost_medium <= budget
+    async with running(two_workers, max_batch_size=4, max_tokens_in_flight=budget) as (scheduler, _):
+        big = asyncio.create_task(scheduler.submit([long], source_lang="en", target_lang="de", options=options))
+        await wait_for(lambda: sorted(scheduler.in_flight_by_worker) == [0, 1])
+        held = DecodeOptions(beam_size=1, min_decoding_length=150, max_decoding_length=150)  # still decoding later
+        two = asyncio.create_task(scheduler.submit(shorts, source_lang="en", target_lang="de", options=held))
+        await wait_for(lambda: sorted(scheduler.in_flight_by_worker) == [1, 2])  # the idle worker took both
+        (timed,) = await asyncio.wait_for(
+            scheduler.submit([medium], source_lang="en", target_lang="de", options=options), 30
+        )
+        # both workers' steps count: a few joins' worth, not the long sentence's 200-odd steps
+        assert timed.steps_queued <= 4 * (SchedulerConfig().join_every_steps + 1)
+        assert not big.done()
+        big.cancel()
+        await two
+    assert timed.result.tokens == standalone(two_workers, [medium], "en", "de", options)[0]
