@@ -154,3 +154,17 @@ async def test_a_lighter_worker_without_room_for_a_sentence_does_not_hold_it_bac
         big.cancel()
         await two
     assert timed.result.tokens == standalone(two_workers, [medium], "en", "de", options)[0]
+
+
+async def test_a_cancelled_request_leaves_both_workers(two_workers: Translator) -> None:
+    """A request decoding in both workers at once is cancelled: each drops its sentences at its next step."""
+    heavy = [f"{EN[i % 5]} {EN[(i + 1) % 5]} {EN[(i + 2) % 5]}" for i in range(12)]
+    async with running(two_workers, max_batch_size=4) as (scheduler, _):
+        doomed = asyncio.create_task(scheduler.submit(heavy, source_lang="en", target_lang="de"))
+        await wait_for(lambda: scheduler.in_flight_by_worker == [3, 3])
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        await wait_for(lambda: scheduler.in_flight == 0 and scheduler.queue_depth == 0)
+        after = await scheduler.submit(DE[:2], source_lang="de", target_lang="en")
+    assert [t.result.tokens for t in after] == standalone(two_workers, DE[:2], "de", "en", DecodeOptions())
