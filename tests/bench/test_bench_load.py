@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transduce.bench.load import MODES, run, workload
+from transduce.bench.load import HEAVY_CHARS, MODES, heavy_workload, run, workload
 
 SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!"]
 
@@ -17,6 +17,22 @@ def test_mixed_workload_is_80_percent_short_with_mixed_beams() -> None:
     assert sum(r.short for r in load) == 16 and {r.beam for r in load if r.short} == {1, 4}
     assert all(len(r.text.splitlines()) == 5 for r in load if not r.short)
     assert all(r.short and r.beam == 4 for r in workload(SENTENCES, 8, 4, mixed=False))
+
+
+def test_heavy_workload_sends_the_longest_sentences_first_then_short_ones_behind_them() -> None:
+    sentences = [f"Sentence {i} " + "word " * (i % 40) for i in range(200)]
+    load, at = heavy_workload(sentences, 4)
+    heavy, short = load[:3], load[3:]
+    assert not any(r.short for r in heavy) and all(r.short and r.beam == 4 for r in short) and len(short) == 24
+    assert all(r.beam == 8 and len(r.text) <= HEAVY_CHARS for r in heavy)
+    assert all(len(r.text) > HEAVY_CHARS - 250 for r in heavy)  # filled up to the limit, with distinct sentences
+    lines = [line for r in heavy for line in r.text.splitlines()]
+    assert len(set(lines)) == len(lines)  # each heavy request its own sentences, the longest first
+    assert sorted(len(r.text.splitlines()[0]) for r in heavy) == sorted(map(len, sentences))[-3:]
+    assert at[:3] == [0.0] * 3 and at[3] == 0.5 and at == sorted(at) and at[-1] == pytest.approx(0.5 + 0.08 * 23)
+    assert heavy_workload(sentences, 1)[0][0].beam == 2
+    quarter = sorted(map(len, sentences))[len(sentences) // 4 - 1]
+    assert all(len(r.text) <= quarter for r in short)  # short sentences, as the "Hello world."
 
 
 def test_load_bench_drives_the_service_in_every_mode(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -38,7 +54,13 @@ def test_load_bench_drives_the_service_in_every_mode(tiny_model_dir: Path, tmp_p
     for row in open_rows:  # arrivals at the rate: the last comes about requests / rate seconds in
         assert row["errors"] == 0 and 0 < row["short_p50_ms"] <= row["short_p99_ms"]
         assert row["seconds"] > 0.3 * 10 / rate and "speedup_vs_off" not in row
-    rows = {(r["mode"], r["workload"], r["concurrency"]): r for r in result["rows"] if r not in open_rows}
+    heavy_rows = [r for r in result["rows"] if r["workload"] == "heavy"]
+    assert [r["mode"] for r in heavy_rows] == list(MODES)
+    for row in heavy_rows:  # 3 heavy requests, then 24 short ones every 80 ms from 0.5 s on
+        assert row["errors"] == 0 and row["requests"] == 27 and row["seconds"] > 0.5 + 0.08 * 23
+        assert "speedup_vs_off" not in row and 0 < row["short_p50_ms"] <= row["short_p99_ms"]
+        assert ("short_p99_vs_static" in row) == row["mode"].startswith("step")
+    rows = {(r["mode"], r["workload"], r["concurrency"]): r for r in result["rows"] if r not in open_rows + heavy_rows}
     assert set(rows) == {(m, w, c) for m in MODES for w in ("uniform", "mixed") for c in (1, 4)}
     for (mode, workload_name, c), row in rows.items():
         assert row["errors"] == 0 and row["requests"] == 10 and row["requests_per_s"] > 0
@@ -57,9 +79,9 @@ def test_load_bench_drives_the_service_in_every_mode(tiny_model_dir: Path, tmp_p
     assert json.loads((tmp_path / "out" / "load.json").read_text())["rows"] == json.loads(json.dumps(result["rows"]))
     table = (tmp_path / "out" / "load.md").read_text().splitlines()
     assert (
-        len([line for line in table if line.startswith(("| uniform", "| mixed"))])
+        len([line for line in table if line.startswith(("| uniform", "| mixed", "| heavy"))])
         == len(result["rows"])
-        == 5 * len(MODES)
+        == 6 * len(MODES)
     )
 
 

@@ -2,7 +2,9 @@
 (sentences join the running batch between decoder steps), the same with one worker per engine replica of one thread,
 static batching (a batch runs to completion), the same with engine replicas, and batching off (one sentence at a
 time); on a uniform workload and on a mixed one (80 % short requests, 20 % long
-ones, beams mixed), where the short requests' own latency is reported too.
+ones, beams mixed), where the short requests' own latency is reported too, and on the scheduler issue's hostile case:
+three heavy requests (the longest sentences, up to 4,800 characters each, twice the beam) at once, then requests of
+one short sentence every 80 ms behind them.
 
 Closed loop: N clients, each sending its next request when the last one is answered (the server is saturated from 4
 clients on, so latency mostly measures the queue). Open loop: requests of the mixed workload arrive at a fixed mean
@@ -91,6 +93,30 @@ def workload(sentences: list[str], requests: int, beam: int, mixed: bool) -> lis
     return out
 
 
+HEAVY_CHARS = 4800  # a heavy request's text, under the service's default max_chars (5000)
+
+
+def heavy_workload(
+    sentences: list[str], beam: int, heavy: int = 3, shorts: int = 24
+) -> tuple[list[Request], list[float]]:
+    """The scheduler issue's hostile case: ``heavy`` requests of the longest sentences, one per line, up to
+    HEAVY_CHARS characters each, at twice ``beam`` (8 at most), sent at once; then ``shorts`` requests of one short
+    sentence (the shortest quarter of ``sentences``, in turn; the issue's example was "Hello world.") at ``beam``,
+    one every 80 ms from 0.5 s on, while the heavy ones decode. Returns the requests and when each is sent (seconds
+    from the start)."""
+    longest = sorted(sentences, key=len, reverse=True)
+    load: list[Request] = []
+    for h in range(heavy):
+        lines: list[str] = []
+        for text in longest[h::heavy]:  # each heavy request its own sentences
+            if sum(len(line) + 1 for line in lines) + len(text) <= HEAVY_CHARS:
+                lines.append(text)
+        load.append(Request("\n".join(lines), min(2 * beam, 8), False))
+    shortest = sorted(sentences, key=len)[: max(1, len(sentences) // 4)]
+    load += [Request(shortest[i % len(shortest)], beam, True) for i in range(shorts)]
+    return load, [0.0] * heavy + [0.5 + 0.08 * i for i in range(shorts)]
+
+
 async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, Any]:
     """Closed loop: ``concurrency`` clients send the requests one after another."""
     latencies: list[tuple[bool, float]] = []
@@ -117,6 +143,12 @@ async def _drive_open(url: str, load: list[Request], rate: float, seed: int = 0)
     """Open loop: request i is sent at the i-th arrival of a Poisson process of ``rate`` per second, whatever the
     server is doing; its latency counts from that arrival."""
     arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, len(load)))
+    return await _drive_at(url, load, [float(a) for a in arrivals])
+
+
+async def _drive_at(url: str, load: list[Request], arrivals: list[float]) -> dict[str, Any]:
+    """Request i is sent ``arrivals[i]`` seconds after the start, whatever the server is doing; its latency counts
+    from then."""
     latencies: list[tuple[bool, float]] = []
     errors = 0
 
@@ -128,7 +160,7 @@ async def _drive_open(url: str, load: list[Request], rate: float, seed: int = 0)
 
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=httpx.Limits(max_connections=None)) as client:
         started = time.perf_counter()
-        await asyncio.gather(*(one(client, r, float(a), started) for r, a in zip(load, arrivals, strict=True)))
+        await asyncio.gather(*(one(client, r, a, started) for r, a in zip(load, arrivals, strict=True)))
         elapsed = time.perf_counter() - started
     return _summary(load, latencies, errors, elapsed)
 
@@ -203,11 +235,20 @@ def offline_throughput(model_dir: str, sentences: list[str], beam: int, threads:
     return len(sentences) / (time.perf_counter() - started)
 
 
-def _level(url: str, pid: int, load: list[Request], concurrency: int | None, rate: float | None) -> dict[str, Any]:
-    """One level (``concurrency`` clients, or open-loop arrivals at ``rate`` per second): the load, the service's
-    counters and where the CPU went."""
+def _level(
+    url: str,
+    pid: int,
+    load: list[Request],
+    concurrency: int | None,
+    rate: float | None,
+    arrivals: list[float] | None = None,
+) -> dict[str, Any]:
+    """One level (``concurrency`` clients, open-loop arrivals at ``rate`` per second, or each request at its own
+    time in ``arrivals``): the load, the service's counters and where the CPU went."""
     before, cpu_before, client_before = _counters(url), _cpu_seconds(pid), time.process_time()
-    if rate is not None:
+    if arrivals is not None:
+        row = asyncio.run(_drive_at(url, load, arrivals))
+    elif rate is not None:
         row = asyncio.run(_drive_open(url, load, rate))
     else:
         assert concurrency is not None
@@ -263,6 +304,10 @@ def run(
                 print(f"bench load: {mode}, mixed open loop, {rate} requests/s ...", file=sys.stderr)
                 row = {"mode": mode, "workload": "mixed-open", "concurrency": None, "arrivals_per_s": rate}
                 rows.append(row | _level(url, proc.pid, workload(sentences, requests, beam, True), None, rate))
+            print(f"bench load: {mode}, heavy requests and short ones behind them ...", file=sys.stderr)
+            load, at = heavy_workload(sentences, beam)
+            row = {"mode": mode, "workload": "heavy", "concurrency": None, "arrivals_per_s": None}
+            rows.append(row | _level(url, proc.pid, load, None, None, at))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
@@ -291,7 +336,7 @@ def _compare(rows: list[dict[str, Any]], offline: float) -> None:
     index = {key(r, r["mode"]): r for r in rows}
     for r in rows:
         off, static = index.get(key(r, "off")), index.get(key(r, "static"))
-        if off is not None and r is not off and r["workload"] != "mixed-open":  # open loop: the rate is the same
+        if off is not None and r is not off and r["workload"] not in ("mixed-open", "heavy"):  # sent on a schedule
             r["speedup_vs_off"] = round(r["requests_per_s"] / off["requests_per_s"], 2)
         if static is not None and r["mode"].startswith("step"):
             r["short_p99_vs_static"] = round(static["short_p99_ms"] / max(r["short_p99_ms"], 1e-9), 2)
@@ -303,7 +348,10 @@ def table(result: dict[str, Any]) -> str:
     """The markdown table of load.md: grouped by workload and level, the modes side by side."""
     lines = [
         f"Service load on {result['machine']}, beam {result['beam']} (mixed: 80 % one-sentence requests at beam 1 or "
-        f"{result['beam']}, 20 % five-sentence requests; mixed-open: the same arriving at a fixed mean rate), "
+        f"{result['beam']}, 20 % five-sentence requests; mixed-open: the same arriving at a fixed mean rate; heavy: "
+        f"3 requests of the longest sentences (up to {HEAVY_CHARS} characters each, beam "
+        f"{min(2 * result['beam'], 8)}) at once, then 24 requests of one of the shortest quarter of the sentences "
+        "every 80 ms from 0.5 s), "
         f"{result['threads']} threads, {result['requests_per_level']} requests per level, {result['date']}; engine "
         f"alone: {result['offline_sentences_per_s']} sentences/s.",
         "",
@@ -312,14 +360,19 @@ def table(result: dict[str, Any]) -> str:
         "service loop, service |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    workloads, modes = ["uniform", "mixed", "mixed-open"], [*MODES]
+    workloads, modes = ["uniform", "mixed", "mixed-open", "heavy"], [*MODES]
 
     def order(r: dict[str, Any]) -> tuple[int, float, int]:
-        level = r["concurrency"] if r["concurrency"] is not None else r["arrivals_per_s"]
+        level = r["concurrency"] if r["concurrency"] is not None else r["arrivals_per_s"] or 0
         return workloads.index(r["workload"]), level, modes.index(r["mode"]) if r["mode"] in modes else len(modes)
 
     for r in sorted(result["rows"], key=order):
-        level = f"{r['concurrency']} clients" if r["concurrency"] is not None else f"{r['arrivals_per_s']} req/s in"
+        if r["concurrency"] is not None:
+            level = f"{r['concurrency']} clients"
+        elif r["arrivals_per_s"] is not None:
+            level = f"{r['arrivals_per_s']} req/s in"
+        else:  # heavy: at once, then the short ones every 80 ms
+            level = "3 heavy + 24 short"
         lines.append(
             f"| {r['workload']} | {level} | {r['mode']} | {r['requests_per_s']} | "
             f"{r['target_tokens_per_s']} | {r['p50_ms']} | {r['p99_ms']} | {r['short_p50_ms']} | {r['short_p99_ms']} | "
