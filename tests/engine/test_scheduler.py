@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
-from transduce.engine.options import DecodeOptions, SchedulerConfig
+from transduce.engine.options import (
+    TOKENS_IN_FLIGHT_CPU,
+    TOKENS_IN_FLIGHT_CUDA,
+    DecodeOptions,
+    SchedulerConfig,
+)
 from transduce.engine.runner import DecoderState
 from transduce.engine.scheduler import StepScheduler, StepStats
 from transduce.engine.translator import Translator
@@ -236,6 +241,16 @@ async def test_queue_limits_and_closed(tiny_translator: Translator, monkeypatch:
         await scheduler.submit(EN, source_lang="en", target_lang="de")
     with pytest.raises(ValueError, match="max_batch_size"):
         SchedulerConfig(max_batch_size=0)
+
+
+def test_the_token_budget_is_the_devices_when_left_to_auto(tiny_translator: Translator) -> None:
+    assert SchedulerConfig().max_tokens_in_flight == 0  # auto
+    assert SchedulerConfig().for_device(cuda=False).max_tokens_in_flight == TOKENS_IN_FLIGHT_CPU == 2048
+    assert SchedulerConfig().for_device(cuda=True).max_tokens_in_flight == TOKENS_IN_FLIGHT_CUDA == 8192
+    assert SchedulerConfig(max_tokens_in_flight=500).for_device(cuda=True).max_tokens_in_flight == 500  # as set
+    assert StepScheduler(tiny_translator).config.max_tokens_in_flight == TOKENS_IN_FLIGHT_CPU  # a CPU engine
+    with pytest.raises(ValueError, match=r"max_tokens_in_flight must be 0 \(auto\) or a positive integer"):
+        SchedulerConfig(max_tokens_in_flight=-1)
 
 
 async def test_stop_drains_accepted_work(tiny_translator: Translator) -> None:

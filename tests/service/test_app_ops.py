@@ -313,6 +313,7 @@ def test_settings_from_env_and_validation(monkeypatch: pytest.MonkeyPatch) -> No
         5000,
         30.0,
     )
+    assert settings.max_tokens_in_flight == 0  # auto: the device's budget (engine.options.TOKENS_IN_FLIGHT_*)
     for bad in (
         {"max_batch_size": 0},
         {"max_wait_ms": -1},
@@ -325,6 +326,7 @@ def test_settings_from_env_and_validation(monkeypatch: pytest.MonkeyPatch) -> No
         {"request_read_timeout_s": 0},
         {"backlog": 0},
         {"log_throttle_s": -1},
+        {"max_tokens_in_flight": -1},
     ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Settings(**bad)

@@ -3,6 +3,7 @@ limits), validated where they are built."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,6 +70,11 @@ SERVED_NO_REPEAT_NGRAM_SIZE = 5
 # Queue defaults shared by both schedulers (the step scheduler here, the static batcher in batcher.py)
 MAX_BATCH_SIZE = 32  # sentences decoding at once
 MAX_QUEUE_ITEMS = 1024  # sentences allowed to wait; a submit beyond it is refused at once
+# the step scheduler's token budget per worker when left to auto (0). On a CPU a step's time grows with every row, so
+# a batch filled by heavy requests slows every sentence in it: behind three ~4,800-character requests at beam 8 (the
+# 2-core bench machine, bench load's heavy workload) 2048 gave short requests a p99 of 0.47-0.62 s against 1.6-2.0 s
+# with 8192, at the same requests/s under the uniform and mixed workloads (16 and 64 clients); a GPU wants big batches
+TOKENS_IN_FLIGHT_CPU, TOKENS_IN_FLIGHT_CUDA = 2048, 8192
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,8 @@ class SchedulerConfig:
     """Admission limits of the running batch and the queue."""
 
     max_batch_size: int = MAX_BATCH_SIZE  # sentences decoding at once, every beam width together
-    max_tokens_in_flight: int = 8192  # summed source tokens x beam of those sentences (a costlier one runs alone)
+    # summed source tokens x beam of those sentences, per worker (a costlier one runs alone); 0 = auto: see for_device
+    max_tokens_in_flight: int = 0
     max_queue_items: int = MAX_QUEUE_ITEMS  # sentences waiting to join; a submit beyond it is refused at once
     request_share: float = 0.75  # of both limits, what one request may hold, so a newcomer finds room at once
     # Newcomers join in groups: each join costs a copy of the running batch's state and adds a search object, so
@@ -91,9 +98,10 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_tokens_in_flight", "max_queue_items", "join_every_steps", "starve_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            value, least = getattr(self, name), 0 if name == "max_tokens_in_flight" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                kind = "0 (auto) or a positive integer" if least == 0 else "a positive integer"
+                raise ValueError(f"{name} must be {kind}, got {value!r}")
         if not 0 < self.request_share <= 1:
             raise ValueError(f"request_share must be in (0, 1], got {self.request_share!r}")
         if isinstance(self.join_min_free, bool) or not 0 <= self.join_min_free <= self.max_batch_size:
@@ -101,6 +109,14 @@ class SchedulerConfig:
                 f"join_min_free must be between 0 (half of max_batch_size) and max_batch_size "
                 f"({self.max_batch_size}), got {self.join_min_free!r}"
             )
+
+    def for_device(self, cuda: bool) -> SchedulerConfig:
+        """This config with an auto (0) token budget made the device's: TOKENS_IN_FLIGHT_CUDA on CUDA, else
+        TOKENS_IN_FLIGHT_CPU; a budget that was set is kept."""
+        if self.max_tokens_in_flight:
+            return self
+        budget = TOKENS_IN_FLIGHT_CUDA if cuda else TOKENS_IN_FLIGHT_CPU
+        return dataclasses.replace(self, max_tokens_in_flight=budget)
 
     @property
     def join_free(self) -> int:

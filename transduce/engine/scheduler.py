@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
-from transduce.engine.runner import DecoderRunner
+from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.running import Job, RunningBatch
 from transduce.engine.search import Hypothesis
 from transduce.engine.slots import Request, Slot, StepStats, Timed, call_soon
@@ -45,7 +45,8 @@ class StepScheduler:
         *,
         on_step: Callable[[StepStats], None] | None = None,
     ) -> None:
-        self.translator, self.config, self.on_step = translator, config or SchedulerConfig(), on_step
+        config = (config or SchedulerConfig()).for_device(translator.provider == CUDA)  # an auto budget made concrete
+        self.translator, self.config, self.on_step = translator, config, on_step
         self._lock = threading.Lock()  # the queue, and the step count
         self._requests: deque[Request] = deque()  # requests with queued jobs, in round-robin order
         self._queued = 0
