@@ -94,10 +94,16 @@ def workload(sentences: list[str], requests: int, beam: int, mixed: bool) -> lis
 
 
 HEAVY_CHARS = 4800  # a heavy request's text, under the service's default max_chars (5000)
+HEAVY, SHORTS = 3, 24  # heavy requests, and the short ones sent behind them
+
+
+def heavy_beam(beam: int) -> int:
+    """The heavy requests' beam: twice the workload's, at most 8 (the service's default max_beam_size)."""
+    return min(2 * beam, 8)
 
 
 def heavy_workload(
-    sentences: list[str], beam: int, heavy: int = 3, shorts: int = 24
+    sentences: list[str], beam: int, heavy: int = HEAVY, shorts: int = SHORTS
 ) -> tuple[list[Request], list[float]]:
     """The scheduler issue's hostile case: ``heavy`` requests of the longest sentences, one per line, up to
     HEAVY_CHARS characters each, at twice ``beam`` (8 at most), sent at once; then ``shorts`` requests of one short
@@ -108,10 +114,12 @@ def heavy_workload(
     load: list[Request] = []
     for h in range(heavy):
         lines: list[str] = []
+        size = -1  # the text's length: the lines and a newline between each two
         for text in longest[h::heavy]:  # each heavy request its own sentences
-            if sum(len(line) + 1 for line in lines) + len(text) <= HEAVY_CHARS:
+            if size + 1 + len(text) <= HEAVY_CHARS:
                 lines.append(text)
-        load.append(Request("\n".join(lines), min(2 * beam, 8), False))
+                size += 1 + len(text)
+        load.append(Request("\n".join(lines), heavy_beam(beam), False))
     shortest = sorted(sentences, key=len)[: max(1, len(sentences) // 4)]
     load += [Request(shortest[i % len(shortest)], beam, True) for i in range(shorts)]
     return load, [0.0] * heavy + [0.5 + 0.08 * i for i in range(shorts)]
@@ -349,9 +357,9 @@ def table(result: dict[str, Any]) -> str:
     lines = [
         f"Service load on {result['machine']}, beam {result['beam']} (mixed: 80 % one-sentence requests at beam 1 or "
         f"{result['beam']}, 20 % five-sentence requests; mixed-open: the same arriving at a fixed mean rate; heavy: "
-        f"3 requests of the longest sentences (up to {HEAVY_CHARS} characters each, beam "
-        f"{min(2 * result['beam'], 8)}) at once, then 24 requests of one of the shortest quarter of the sentences "
-        "every 80 ms from 0.5 s), "
+        f"{HEAVY} requests of the longest sentences (up to {HEAVY_CHARS} characters each, beam "
+        f"{heavy_beam(result['beam'])}) at once, then {SHORTS} requests of one of the shortest quarter of the "
+        "sentences every 80 ms from 0.5 s), "
         f"{result['threads']} threads, {result['requests_per_level']} requests per level, {result['date']}; engine "
         f"alone: {result['offline_sentences_per_s']} sentences/s.",
         "",
@@ -372,7 +380,7 @@ def table(result: dict[str, Any]) -> str:
         elif r["arrivals_per_s"] is not None:
             level = f"{r['arrivals_per_s']} req/s in"
         else:  # heavy: at once, then the short ones every 80 ms
-            level = "3 heavy + 24 short"
+            level = f"{HEAVY} heavy + {SHORTS} short"
         lines.append(
             f"| {r['workload']} | {level} | {r['mode']} | {r['requests_per_s']} | "
             f"{r['target_tokens_per_s']} | {r['p50_ms']} | {r['p99_ms']} | {r['short_p50_ms']} | {r['short_p99_ms']} | "

@@ -74,7 +74,7 @@ class StepScheduler:
     @property
     def in_flight(self) -> int:
         """Sentences decoding now."""
-        return sum(w.sentences for w in self._workers)
+        return sum(self.in_flight_by_worker)
 
     @property
     def in_flight_by_worker(self) -> list[int]:
@@ -279,8 +279,9 @@ class _Worker:
                     owner._queued -= len(request.pending)
                     request.pending.clear()
                     owner._requests.remove(request)
-            if not owner._requests or not self.may_join(active) or (active and self.lighter_elsewhere()):
-                self.refused = bool(owner._requests) and not self.may_join(active)
+            may_join = self.may_join(active)
+            if not owner._requests or not may_join or (active and self.lighter_elsewhere()):
+                self.refused = bool(owner._requests) and not may_join  # deferring to a lighter worker is no refusal
                 return
             starved = [
                 r
@@ -348,7 +349,7 @@ class _Worker:
                 stats.padded_source_tokens += padded
 
     def step(self) -> None:
-        active = sum(b.sentences for b in self.batches.values())
+        active = self.sentences
         started, finished, ok = time.monotonic(), 0, True
         for beam, batch in list(self.batches.items()):
             try:
