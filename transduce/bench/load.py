@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import re
 import signal
@@ -31,6 +30,7 @@ import httpx
 import numpy as np
 
 from transduce.bench.engines import machine, source_sentences
+from transduce.bench.http_client import Client, HttpError
 
 
 def _free_port() -> int:
@@ -131,7 +131,7 @@ async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, A
     errors = 0
     queue = list(range(len(load)))
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(client: Client) -> None:
         nonlocal errors
         while queue:
             request = load[queue.pop()]
@@ -139,8 +139,7 @@ async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, A
             errors += not await _send(client, request)
             latencies.append((request.short, (time.perf_counter() - started) * 1000))
 
-    limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+    async with Client(url, timeout=600) as client:  # a connection per client, kept alive
         started = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
@@ -160,25 +159,25 @@ async def _drive_at(url: str, load: list[Request], arrivals: list[float]) -> dic
     latencies: list[tuple[bool, float]] = []
     errors = 0
 
-    async def one(client: httpx.AsyncClient, request: Request, at: float, start: float) -> None:
+    async def one(client: Client, request: Request, at: float, start: float) -> None:
         nonlocal errors
         await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
         errors += not await _send(client, request)
         latencies.append((request.short, (time.perf_counter() - start - at) * 1000))
 
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=httpx.Limits(max_connections=None)) as client:
+    async with Client(url, timeout=600) as client:
         started = time.perf_counter()
         await asyncio.gather(*(one(client, r, a, started) for r, a in zip(load, arrivals, strict=True)))
         elapsed = time.perf_counter() - started
     return _summary(load, latencies, errors, elapsed)
 
 
-async def _send(client: httpx.AsyncClient, request: Request) -> bool:
+async def _send(client: Client, request: Request) -> bool:
     """Whether the request was answered 200 (a transport error, e.g. a timeout, counts as an error)."""
     body = {"q": request.text, "source": "en", "target": "de", "beam_size": request.beam}
     try:
-        return (await client.post("/translate", json=body)).status_code == 200
-    except httpx.HTTPError:
+        return (await client.post_json("/translate", body)).status == 200
+    except (HttpError, OSError):  # OSError: refused, reset, and TimeoutError
         return False
 
 
@@ -293,7 +292,6 @@ def run(
     request, cycled (default: English verses of the Bible dev chapters)."""
     if sentences is None:
         sentences = source_sentences(max(requests, 64), work)[:requests]
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would cost the load generator CPU
     offline = offline_throughput(model_dir, sentences[:requests], beam, threads)
     # a mixed request is 1.8 sentences on average (4 in 5 have one, 1 in 5 five), counted here all at full beam
     rates = [rate for f in arrivals if (rate := round(f * offline / 1.8, 2)) > 0]
