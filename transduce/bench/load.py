@@ -139,7 +139,7 @@ async def _drive(url: str, load: list[Request], concurrency: int) -> dict[str, A
             errors += not await _send(client, request)
             latencies.append((request.short, (time.perf_counter() - started) * 1000))
 
-    async with Client(url, timeout=600) as client:  # a connection per client, kept alive
+    async with Client(url, timeout=600) as client:  # up to a connection per client, kept alive
         started = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
