@@ -560,3 +560,55 @@ def test_a_bad_early_delivery_fails_the_batch_with_a_clear_error() -> None:
 
     bad = run(main)
     assert isinstance(bad, ValueError) and "deliver() got item index 2; the batch has items 0 to 1" in str(bad)
+
+
+def test_requests_take_turns_so_a_newcomer_goes_before_the_rest_of_a_heavy_request() -> None:
+    recorder = Recorder()
+    heavy = [f"h{i}" for i in range(10)]
+
+    async def main() -> None:
+        # items of cost 2 and turns in quanta of 8 / 4 = 2: every item is a turn of its own
+        batcher = make(recorder, max_batch_size=4, max_batch_tokens=8, cost=lambda _: 2, max_wait_ms=0, workers=1)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        big = asyncio.create_task(batcher.submit("k", heavy))
+        await until(lambda: batcher.queue_depth == 10)
+        small = asyncio.create_task(batcher.submit("other", ["s"]))  # queued after all ten
+        same = asyncio.create_task(batcher.submit("k", ["t"]))  # same key as the heavy request
+        await until(lambda: batcher.queue_depth == 12)
+        recorder.gate.set()
+        await hold
+        assert await big == [expected("k", x) for x in heavy]
+        assert await small == ["other:S"] and await same == ["k:T"]
+        await batcher.stop()
+
+    run(main, recorder)
+    # the heavy request's first item is the oldest; then each request in turn: "t" joins the heavy request's first
+    # batch (same key), "s" goes as soon as the heavy request has had its turn, not after its ten items
+    assert recorder.calls[1:] == [
+        ("k", ["h0", "t", "h1", "h2"]),
+        ("other", ["s"]),
+        ("k", ["h3", "h4", "h5", "h6"]),
+        ("k", ["h7", "h8", "h9"]),
+    ]
+
+
+def test_a_small_request_keeps_its_items_together_within_a_quantum() -> None:
+    recorder = Recorder()
+
+    async def main() -> None:
+        # quanta of 8 / 4 = 2 cost units: "a" (two items of cost 1) is one turn; "b" comes after it
+        batcher = make(recorder, max_batch_size=2, max_batch_tokens=8, max_wait_ms=0, workers=1)
+        await batcher.start()
+        hold = await hold_worker(batcher, recorder)
+        first = asyncio.create_task(batcher.submit("k", ["a1", "a2"]))
+        await until(lambda: batcher.queue_depth == 2)
+        second = asyncio.create_task(batcher.submit("k", ["b1"]))
+        await until(lambda: batcher.queue_depth == 3)
+        recorder.gate.set()
+        await hold
+        assert await first == ["k:A1", "k:A2"] and await second == ["k:B1"]
+        await batcher.stop()
+
+    run(main, recorder)
+    assert recorder.calls[1:] == [("k", ["a1", "a2"]), ("k", ["b1"])]  # not a1, b1 then a2

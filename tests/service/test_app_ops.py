@@ -138,12 +138,31 @@ async def test_deadline_is_504_and_the_sentence_is_never_decoded() -> None:
     assert "too slow" not in fake.translated
 
 
+async def engine_held(client: httpx.AsyncClient, gate: Gate) -> asyncio.Task[httpx.Response]:
+    """Send a request "first" and return once the engine holds it at the gate (its task: release, then await)."""
+    gate.hold()
+    first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
+    await gate.wait_entered()
+    return first
+
+
+async def test_a_static_batch_costs_source_tokens_times_beam() -> None:
+    fake, gate = FakeTranslator(), Gate()
+    async with serve(fake, gate=gate, max_batch_size=1, max_wait_ms=0) as (client, app):
+        first = await engine_held(client, gate)
+        text = "one two three four"
+        second = asyncio.create_task(client.post("/translate", json={"q": text, "beam_size": 4, **EN_DE}))
+        batcher = app.state.transduce.pipeline.queue.batcher
+        await wait_until(lambda: batcher.queue_depth == 1)
+        assert [item.cost for item in batcher._queue] == [4 * fake.count_tokens(text)]  # a batch holds fewer at beam 4
+        gate.release()
+        assert (await first).status_code == 200 and (await second).status_code == 200
+
+
 async def test_client_disconnect_drops_queued_sentences() -> None:
     fake, gate = FakeTranslator(), Gate()
     async with serve(fake, gate=gate, max_batch_size=1, max_wait_ms=0) as (client, app):
-        gate.hold()
-        first = asyncio.create_task(client.post("/translate", json={"q": "first", **EN_DE}))
-        await gate.wait_entered()
+        first = await engine_held(client, gate)
         call, hung_up = post_then_hang_up(app, {"q": "Gone. Away", **EN_DE})
         batcher = app.state.transduce.pipeline.queue
         await wait_until(lambda: batcher.queue_depth == 2)

@@ -87,6 +87,7 @@ class _Request(Generic[K, T, R]):
     future: asyncio.Future[list[R]]
     results: list[R | None] = field(init=False)
     remaining: int = field(init=False)
+    dispatched: int = 0  # cost of its items taken into batches so far (requests take turns by it, see _plan)
 
     def __post_init__(self) -> None:
         self.results, self.remaining = [None] * len(self.items), len(self.items)
@@ -242,12 +243,25 @@ class DynamicBatcher(Generic[K, T, R]):
         self._drop(late)
 
     def _plan(self) -> tuple[list[_Item[K, T, R]], bool]:
-        """The next batch (the oldest item's key, FIFO, within the limits) and whether a limit was reached."""
+        """The next batch and whether a limit was reached. Requests take turns by cost: an item's turn is the cost its
+        request had dispatched plus that of its items queued before it, in quanta of a quarter of ``max_batch_tokens``,
+        so a newcomer goes before the rest of a heavy request queued earlier, while a small request (a quantum or less)
+        keeps its sentences together. The batch is the key of the item with the lowest turn (oldest first on ties),
+        filled with that key's items in turn order, within the limits."""
         size, max_tokens = self.config.max_batch_size, self.config.max_batch_tokens
-        key = self._queue[0].request.key
+        quantum = max(1, max_tokens // 4)
+        ahead: dict[int, int] = {}  # request -> cost of its items queued so far in this pass
+        turns = []
+        for position, item in enumerate(self._queue):
+            request = item.request
+            before = ahead.get(id(request), 0)
+            ahead[id(request)] = before + item.cost
+            turns.append(((request.dispatched + before) // quantum, position, item))
+        turns.sort(key=lambda t: (t[0], t[1]))
+        key = turns[0][2].request.key
         batch: list[_Item[K, T, R]] = []
         tokens = 0
-        for item in self._queue:
+        for _, _, item in turns:
             if item.request.key != key:
                 continue
             if len(batch) == size or (batch and tokens + item.cost > max_tokens):
@@ -277,6 +291,8 @@ class DynamicBatcher(Generic[K, T, R]):
             if full or wait <= 0 or self._closed:
                 taken = set(map(id, batch))
                 self._queue = deque(item for item in self._queue if id(item) not in taken)
+                for item in batch:
+                    item.request.dispatched += item.cost
                 return batch
             await self._sleep(wait)
 

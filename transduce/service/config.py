@@ -62,7 +62,9 @@ class Settings(BaseSettings):
         description="step: sentences join the running batch between decoder steps and leave when done; "
         "static: a batch of sentences runs to completion before the next one starts",
     )
-    max_batch_tokens: int = Field(BATCHER.max_batch_tokens, description="source tokens per engine batch (static)")
+    max_batch_tokens: int = Field(
+        BATCHER.max_batch_tokens, description="source tokens x beam size per engine batch (static)"
+    )
     max_tokens_in_flight: int = Field(
         SCHEDULER.max_tokens_in_flight,
         description="source tokens x beam decoding at once in each engine replica's worker (step); 0 = auto: 2048 on "

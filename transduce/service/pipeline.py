@@ -63,7 +63,8 @@ T = TypeVar("T")
 
 class StaticBatching:
     """Request-level batching: sentences of concurrent requests with equal options form a batch that runs to
-    completion in one ``translate`` call (the DynamicBatcher); the cost of a sentence is its source tokens."""
+    completion in one ``translate`` call (the DynamicBatcher), requests taking turns a sentence at a time; the cost of
+    a sentence is its source tokens times the beam size."""
 
     def __init__(
         self, translator: TranslatorLike, config: BatcherConfig, on_batch: Callable[[BatchStats], None]
@@ -106,7 +107,9 @@ class StaticBatching:
         deadline: float | None = None,
     ) -> list[Timed]:
         """Queue the sentences; they are batched with other requests' sentences of the same pair and options."""
-        items = [(text, self.translator.count_tokens(text)) for text in texts]
+        # cost: source tokens x beam, the rows a sentence decodes times a proxy for its steps (the step scheduler's
+        # measure too), so a batch of long beam-8 sentences is short enough for others to get their turn soon
+        items = [(text, self.translator.count_tokens(text) * options.beam_size) for text in texts]
         return await self.batcher.submit((source_lang, target_lang, options), items, deadline=deadline)
 
     def _process(self, key: Key, items: list[tuple[str, int]], deliver: Deliver[Timed]) -> list[Timed]:
