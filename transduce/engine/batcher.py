@@ -87,7 +87,6 @@ class _Request(Generic[K, T, R]):
     future: asyncio.Future[list[R]]
     results: list[R | None] = field(init=False)
     remaining: int = field(init=False)
-    dispatched: int = 0  # cost of its items taken into batches so far (requests take turns by it, see _plan)
 
     def __post_init__(self) -> None:
         self.results, self.remaining = [None] * len(self.items), len(self.items)
@@ -115,6 +114,7 @@ class _Item(Generic[K, T, R]):
     index: int
     cost: int
     enqueued: float
+    finish: int = 0  # virtual finish time: when the batcher's clock would have served it fairly (see _plan)
 
 
 class DynamicBatcher(Generic[K, T, R]):
@@ -139,6 +139,7 @@ class DynamicBatcher(Generic[K, T, R]):
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._clock = 0  # virtual time in cost units: the largest finish time dispatched so far
 
     @property
     def queue_depth(self) -> int:
@@ -185,7 +186,10 @@ class DynamicBatcher(Generic[K, T, R]):
         if min(costs) < 0:
             raise ValueError(f"cost() must return a non-negative int, got {min(costs)}")
         request: _Request[K, T, R] = _Request(key, items, deadline, asyncio.get_running_loop().create_future())
-        self._queue.extend(_Item(request, i, c, now) for i, c in enumerate(costs))
+        finish = self._clock  # a request starts at the clock: it waits behind what was queued earlier, not all of it
+        for i, c in enumerate(costs):
+            finish += c
+            self._queue.append(_Item(request, i, c, now, finish))
         self._wakeup.set()
         try:
             if deadline is None:
@@ -243,25 +247,22 @@ class DynamicBatcher(Generic[K, T, R]):
         self._drop(late)
 
     def _plan(self) -> tuple[list[_Item[K, T, R]], bool]:
-        """The next batch and whether a limit was reached. Requests take turns by cost: an item's turn is the cost its
-        request had dispatched plus that of its items queued before it, in quanta of a quarter of ``max_batch_tokens``,
-        so a newcomer goes before the rest of a heavy request queued earlier, while a small request (a quantum or less)
-        keeps its sentences together. The batch is the key of the item with the lowest turn (oldest first on ties),
-        filled with that key's items in turn order, within the limits."""
+        """The next batch and whether a limit was reached. Requests take turns by cost (fair queueing): an item's
+        finish time is the batcher's clock when its request came plus the cost of the request's items up to it, and
+        the clock moves to the largest finish time dispatched. Items go in turns of a quarter of ``max_batch_tokens``
+        of finish time, oldest first within a turn: the sentences of a request that comes behind a long document go
+        before the rest of that document, the document's next ones before later arrivals' (nothing starves), and a
+        small request's sentences (a turn's worth) stay together. The batch is the key of the first item in that
+        order, filled with that key's items in order, within the limits."""
         size, max_tokens = self.config.max_batch_size, self.config.max_batch_tokens
         quantum = max(1, max_tokens // 4)
-        ahead: dict[int, int] = {}  # request -> cost of its items queued so far in this pass
-        turns = []
-        for position, item in enumerate(self._queue):
-            request = item.request
-            before = ahead.get(id(request), 0)
-            ahead[id(request)] = before + item.cost
-            turns.append(((request.dispatched + before) // quantum, position, item))
-        turns.sort(key=lambda t: (t[0], t[1]))
-        key = turns[0][2].request.key
+        queued = list(self._queue)  # a deque's middle is slow to index
+        order = sorted(range(len(queued)), key=lambda i: (queued[i].finish // quantum, i))
+        key = queued[order[0]].request.key
         batch: list[_Item[K, T, R]] = []
         tokens = 0
-        for _, _, item in turns:
+        for i in order:
+            item = queued[i]
             if item.request.key != key:
                 continue
             if len(batch) == size or (batch and tokens + item.cost > max_tokens):
@@ -278,7 +279,7 @@ class DynamicBatcher(Generic[K, T, R]):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     async def _next_batch(self) -> list[_Item[K, T, R]] | None:
-        """Wait until a batch is due (full, its oldest item waited max_wait_ms, or stopping); None when done."""
+        """Wait until a batch is due (full, an item has waited max_wait_ms, or stopping); None when done."""
         while True:
             self._expire(time.monotonic())
             if not self._queue:
@@ -291,8 +292,7 @@ class DynamicBatcher(Generic[K, T, R]):
             if full or wait <= 0 or self._closed:
                 taken = set(map(id, batch))
                 self._queue = deque(item for item in self._queue if id(item) not in taken)
-                for item in batch:
-                    item.request.dispatched += item.cost
+                self._clock = max(self._clock, *(item.finish for item in batch))
                 return batch
             await self._sleep(wait)
 
