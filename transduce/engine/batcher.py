@@ -256,13 +256,11 @@ class DynamicBatcher(Generic[K, T, R]):
         order, filled with that key's items in order, within the limits."""
         size, max_tokens = self.config.max_batch_size, self.config.max_batch_tokens
         quantum = max(1, max_tokens // 4)
-        queued = list(self._queue)  # a deque's middle is slow to index
-        order = sorted(range(len(queued)), key=lambda i: (queued[i].finish // quantum, i))
-        key = queued[order[0]].request.key
+        order = sorted(self._queue, key=lambda item: item.finish // quantum)  # stable: oldest first within a turn
+        key = order[0].request.key
         batch: list[_Item[K, T, R]] = []
         tokens = 0
-        for i in order:
-            item = queued[i]
+        for item in order:
             if item.request.key != key:
                 continue
             if len(batch) == size or (batch and tokens + item.cost > max_tokens):

@@ -77,6 +77,12 @@ MAX_QUEUE_ITEMS = 1024  # sentences allowed to wait; a submit beyond it is refus
 TOKENS_IN_FLIGHT_CPU, TOKENS_IN_FLIGHT_CUDA = 2048, 8192
 
 
+def sentence_cost(source_tokens: int, options: DecodeOptions) -> int:
+    """What a sentence adds to a batch's work per decoder step: its source tokens x beam width (both schedulers'
+    measure of a batch, ``max_tokens_in_flight`` and ``max_batch_tokens``)."""
+    return source_tokens * options.beam_size
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Admission limits of the running batch and the queue."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from transduce.engine.cache import unless_identity
 from transduce.engine.manifest import Manifest
-from transduce.engine.options import DecodeOptions
+from transduce.engine.options import DecodeOptions, sentence_cost
 from transduce.engine.runner import DecoderRunner, DecoderState
 from transduce.engine.search import Hypothesis, SearchStrategy, make_search
 from transduce.engine.shortlist import ProjectionRows
@@ -41,7 +41,7 @@ class Job:
     @property
     def cost(self) -> int:
         """Source tokens x beam width: what it adds to the decoder's work per step."""
-        return len(self.ids) * self.options.beam_size
+        return sentence_cost(len(self.ids), self.options)
 
 
 @dataclass(eq=False)

@@ -15,7 +15,7 @@ from dataclasses import astuple, dataclass
 from typing import Any, Protocol, TypeVar
 
 from transduce.engine.batcher import BatcherConfig, BatchStats, Deliver, DynamicBatcher, RequestTooLargeError
-from transduce.engine.options import DecodeOptions, SchedulerConfig
+from transduce.engine.options import DecodeOptions, SchedulerConfig, sentence_cost
 from transduce.engine.scheduler import StepScheduler, StepStats, Timed
 from transduce.engine.text import has_letters
 from transduce.engine.translator import TranslationResult, Translator, filled
@@ -107,9 +107,9 @@ class StaticBatching:
         deadline: float | None = None,
     ) -> list[Timed]:
         """Queue the sentences; they are batched with other requests' sentences of the same pair and options."""
-        # cost: source tokens x beam, the rows a sentence decodes times a proxy for its steps (the step scheduler's
-        # measure too), so a batch of long beam-8 sentences is short enough for others to get their turn soon
-        items = [(text, self.translator.count_tokens(text) * options.beam_size) for text in texts]
+        # the step scheduler's measure of cost too: a batch of long beam-8 sentences is short enough for others to get
+        # their turn soon
+        items = [(text, sentence_cost(self.translator.count_tokens(text), options)) for text in texts]
         return await self.batcher.submit((source_lang, target_lang, options), items, deadline=deadline)
 
     def _process(self, key: Key, items: list[tuple[str, int]], deliver: Deliver[Timed]) -> list[Timed]:
