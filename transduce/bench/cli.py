@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--work", default=str(user_cache_dir() / "bench"), help="converted models and downloads (a cache, reused)"
     )
-    parser.add_argument("--out", default="docs/bench-results", help="where results JSON and markdown go")
+    parser.add_argument("--out", default="bench/results", help="where results JSON and markdown go")
 
 
 def run(args: argparse.Namespace) -> int:
