@@ -59,6 +59,16 @@ async def test_auto_with_one_text_answers_one_detected_language() -> None:
     assert body["detectedLanguage"]["language"] == "de" and 90 < body["detectedLanguage"]["confidence"] <= 100
 
 
+@pytest.mark.parametrize("auto", ["AUTO", "Auto"])
+async def test_auto_in_any_case_detects(auto: str) -> None:
+    """A language code's case means nothing: ``AUTO`` is ``auto`` (it was read as a language, and refused)."""
+    async with serve(DirectionsTranslator()) as (client, _):
+        r = await client.post("/translate", json={"q": DE, "source": auto, "target": "EN"})
+    assert r.status_code == 200, r.text
+    assert r.json()["detectedLanguage"]["language"] == "de"
+    assert r.json()["translatedText"] == fake_translation(DE)
+
+
 async def test_a_word_without_evidence_gets_confidence_zero_and_is_translated_not_passed_through() -> None:
     fake = DirectionsTranslator()
     async with serve(fake) as (client, _):

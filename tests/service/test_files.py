@@ -386,6 +386,19 @@ async def test_auto_detects_the_language_once_for_the_whole_file() -> None:
     assert len(fake.calls) == 2  # the canary and the German file, in one request
 
 
+async def test_language_codes_in_any_case_are_the_servers_own() -> None:
+    """As /translate reads them: ``AUTO`` is ``auto``, ``EN`` is ``en`` (both were refused as unknown pairs)."""
+    german = "Die Katze schläft auf dem Tisch. Wir arbeiten heute im Garten, weil das Wetter schön ist."
+    async with serve(FakeTranslator()) as (client, _):
+        auto = await upload(client, "notes.txt", german.encode(), source="AUTO", target="EN")
+        named = await upload(client, "notes.txt", b"Hello world.", source="En", target="DE")
+        got = await fetch(client, named)
+    assert auto.status_code == 200, auto.text
+    assert auto.json()["detectedLanguage"]["language"] == "de"
+    assert auto.json()["translatedFileUrl"].endswith("/notes.en.txt")  # named by the target as the server knows it
+    assert got.text == "WORLD. HELLO"
+
+
 class SlowTranslator(FakeTranslator):
     def translate(self, texts: Any, **kwargs: Any) -> Any:
         time.sleep(0.3)

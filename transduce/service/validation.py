@@ -144,17 +144,23 @@ def check_chars(n_chars: int, settings: Settings) -> int:
 
 
 def _known_case(req: TranslateRequest, translator: TranslatorLike) -> TranslateRequest:
-    """``req`` with ``EN``, ``De`` or ``AUTO`` read as the ``en``, ``de`` and ``auto`` the server knows: a language
+    """``req`` with its codes as ``known_case`` reads them."""
+    source, target = known_case(translator, req.source, req.target)
+    if (source, target) == (req.source, req.target):
+        return req
+    return req.model_copy(update={"source": source, "target": target})
+
+
+def known_case(translator: TranslatorLike, *codes: str) -> list[str]:
+    """``codes`` with ``EN``, ``De`` or ``AUTO`` read as the ``en``, ``de`` and ``auto`` the server knows: a language
     code's case means nothing (ISO 639, BCP 47), and people type either. A code that matches no language, or more
     than one by case alone, is left as sent for the pair check to answer."""
     known = [*model_languages(translator), AUTO]
-    update: dict[str, str] = {}
-    for field in ("source", "target"):
-        code = getattr(req, field)
+    out = []
+    for code in codes:
         matches = [lang for lang in known if lang.lower() == code.lower()]
-        if code not in known and len(matches) == 1:
-            update[field] = matches[0]
-    return req.model_copy(update=update) if update else req
+        out.append(matches[0] if code not in known and len(matches) == 1 else code)
+    return out
 
 
 def model_languages(translator: TranslatorLike) -> list[str]:

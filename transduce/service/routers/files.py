@@ -42,6 +42,7 @@ from transduce.service.validation import (
     AUTO,
     auto_candidates,
     kept_as_written,
+    known_case,
     model_languages,
     validate_request,
     written_tokens,
@@ -264,6 +265,7 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
         raise ApiError(422, "file: send the file to translate as the multipart field 'file'")
     if not isinstance(source, str) or not isinstance(target, str) or not source or not target:
         raise ApiError(422, "source and target: name both languages (source may be 'auto')")
+    source, target = known_case(get_pipeline(state).translator, source, target)  # EN is en, AUTO is auto
     name = upload.filename
     document = await asyncio.to_thread(  # too much text, or a .docx unpacking too far: refused before it is parsed
         read_document, name, data, max_chars=settings.max_file_chars, max_bytes=settings.max_file_bytes

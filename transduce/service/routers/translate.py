@@ -15,7 +15,7 @@ from transduce.service.detect import get_detector
 from transduce.service.errors import ApiError
 from transduce.service.request_body import read_translate_request
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest, TranslateResponse
-from transduce.service.validation import AUTO, model_languages, validate_request
+from transduce.service.validation import AUTO, known_case, model_languages, validate_request
 
 router = APIRouter(tags=["translate"])
 T = TypeVar("T")
@@ -89,7 +89,8 @@ async def translate(request: Request, state: StateDep) -> TranslateResponse:
     req = await read_translate_request(request, state.settings)
     check_api_key(state, request, req.api_key)
     pipeline = get_pipeline(state)
-    detector = await get_detector(model_languages(pipeline.translator)) if req.source == AUTO else None
+    auto = known_case(pipeline.translator, req.source)[0] == AUTO  # AUTO or Auto too, as validation reads it
+    detector = await get_detector(model_languages(pipeline.translator)) if auto else None
     job = validate_request(req, state.settings, pipeline.translator, detector)
     request.state.sizes = {"n_items": len(job.items), "n_chars": job.n_chars}
     state.metrics.characters.inc(job.n_chars)
