@@ -114,7 +114,8 @@ class _Item(Generic[K, T, R]):
     index: int
     cost: int
     enqueued: float
-    finish: int = 0  # virtual finish time: when the batcher's clock would have served it fairly (see _plan)
+    finish: int = 0  # virtual finish time: when the batcher's clock would have served it fairly (see _in_turns)
+    turn: int = 0  # the turn it is served in (see _in_turns)
 
 
 class DynamicBatcher(Generic[K, T, R]):
@@ -139,7 +140,7 @@ class DynamicBatcher(Generic[K, T, R]):
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self._clock = 0  # virtual time in cost units: the largest finish time dispatched so far
+        self._clock = 0  # virtual time (see _share): the largest finish time dispatched so far
 
     @property
     def queue_depth(self) -> int:
@@ -186,10 +187,14 @@ class DynamicBatcher(Generic[K, T, R]):
         if min(costs) < 0:
             raise ValueError(f"cost() must return a non-negative int, got {min(costs)}")
         request: _Request[K, T, R] = _Request(key, items, deadline, asyncio.get_running_loop().create_future())
-        finish = self._clock  # a request starts at the clock: it waits behind what was queued earlier, not all of it
+        # a request starts at the clock: it waits behind what was queued earlier, not all of it; its turns count from
+        # its start, so a request of a turn's worth or less is served in one turn, wherever the clock stands
+        quantum, per_turn = self._turn()
+        start, used, turn_length = self._clock, 0, quantum * per_turn
         for i, c in enumerate(costs):
-            finish += c
-            self._queue.append(_Item(request, i, c, now, finish))
+            turn = start // turn_length + used // turn_length
+            used += self._share(c)
+            self._queue.append(_Item(request, i, c, now, start + used, turn))
         self._wakeup.set()
         try:
             if deadline is None:
@@ -246,18 +251,22 @@ class DynamicBatcher(Generic[K, T, R]):
             request.fail(DeadlineExceededError("the request's deadline passed while it was queued"))
         self._drop(late)
 
-    def _plan(self) -> tuple[list[_Item[K, T, R]], bool]:
-        """The next batch and whether a limit was reached. Requests take turns by cost (fair queueing): an item's
-        finish time is the batcher's clock when its request came plus the cost of the request's items up to it, and
-        the clock moves to the largest finish time dispatched. Items go in turns of a quarter of ``max_batch_tokens``
-        of finish time, oldest first within a turn: the sentences of a request that comes behind a long document go
-        before the rest of that document, the document's next ones before later arrivals' (nothing starves), and a
-        small request's sentences (a turn's worth) stay together. The batch is the key of the first item in that
-        order, filled with that key's items in order, within the limits."""
+    def _share(self, cost: int) -> int:
+        """What an item of ``cost`` takes of a turn, in virtual time. A turn is a quarter of ``max_batch_tokens`` or a
+        quarter of ``max_batch_size`` items, whichever a request's items fill first: cheap sentences fill it by
+        number, so a request of many short ones holds a newcomer back one batch at most, not several. Never 0: the
+        clock moves with every item served, so free items cannot hold an older one back."""
+        quantum, per_turn = self._turn()
+        return max(cost * per_turn, quantum)
+
+    def _turn(self) -> tuple[int, int]:
+        """A turn's cost units and items (its length in virtual time is their product)."""
+        return max(1, self.config.max_batch_tokens // 4), max(1, self.config.max_batch_size // 4)
+
+    def _plan(self, order: list[_Item[K, T, R]], key: K) -> tuple[list[_Item[K, T, R]], bool]:
+        """The next batch of ``key`` and whether a limit was reached: ``key``'s items in ``order`` (the queue in turn
+        order, ``_in_turns``), within the limits."""
         size, max_tokens = self.config.max_batch_size, self.config.max_batch_tokens
-        quantum = max(1, max_tokens // 4)
-        order = sorted(self._queue, key=lambda item: item.finish // quantum)  # stable: oldest first within a turn
-        key = order[0].request.key
         batch: list[_Item[K, T, R]] = []
         tokens = 0
         for item in order:
@@ -268,6 +277,15 @@ class DynamicBatcher(Generic[K, T, R]):
             batch.append(item)
             tokens += item.cost
         return batch, len(batch) == size or tokens >= max_tokens
+
+    def _in_turns(self) -> list[_Item[K, T, R]]:
+        """The queue in the order requests take turns (fair queueing): an item's finish time is the batcher's clock
+        when its request came plus what the request's items up to it take of a turn (``_share``), and the clock moves
+        to the largest finish time dispatched. A request's items go in turns counted from its start, oldest first
+        within a turn: the sentences of a request that comes behind a long document go before the rest of that
+        document, the document's next ones before later arrivals' (nothing starves), and a small request's sentences
+        (a turn's worth) stay together. The next batch is of the first item's key (``_next_batch``)."""
+        return sorted(self._queue, key=lambda item: item.turn)  # stable: oldest first within a turn
 
     async def _sleep(self, timeout: float | None) -> None:
         """Wait for a submit/stop wake-up or the timeout."""
@@ -285,8 +303,15 @@ class DynamicBatcher(Generic[K, T, R]):
                     return None
                 await self._sleep(None)
                 continue
-            batch, full = self._plan()
+            order = self._in_turns()
+            batch, full = self._plan(order, order[0].request.key)
             wait = self._queue[0].enqueued + self.config.max_wait_ms / 1000 - time.monotonic()
+            if not (full or wait <= 0 or self._closed):  # a free worker takes another key's full batch, not waits
+                for key in list(dict.fromkeys(item.request.key for item in order))[1:]:
+                    other, full = self._plan(order, key)
+                    if full:
+                        batch = other
+                        break
             if full or wait <= 0 or self._closed:
                 taken = set(map(id, batch))
                 self._queue = deque(item for item in self._queue if id(item) not in taken)

@@ -64,7 +64,7 @@ T = TypeVar("T")
 class StaticBatching:
     """Request-level batching: sentences of concurrent requests with equal options form a batch that runs to
     completion in one ``translate`` call (the DynamicBatcher), requests taking turns by cost (fair queueing, see
-    ``DynamicBatcher._plan``); the cost of a sentence is its source tokens times the beam size."""
+    ``DynamicBatcher._in_turns``); the cost of a sentence is its source tokens times the beam size."""
 
     def __init__(
         self, translator: TranslatorLike, config: BatcherConfig, on_batch: Callable[[BatchStats], None]
