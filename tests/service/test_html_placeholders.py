@@ -201,8 +201,8 @@ def test_a_long_sentence_full_of_markup_is_put_back_in_linear_time(lost: str) ->
         ("<i>Good</i> morning", "[1]", "<i>Good</i> morning"),
         ("<p>Click <b>Save</b> now.</p>", "[2] [1] =3]", "<p>Click <b>Save</b> now.</p>"),
         ("<p>Click <b>Save</b> now.</p>", "", "<p>Click <b>Save</b> now.</p>"),
-        # a word back: the translation, however poor
-        ("<i>Good</i> morning", "[1] Morgen", "<i></i>Morgen"),
+        # a word back: the translation, however poor (its element around a word, test below)
+        ("<i>Good</i> morning", "[1] Morgen", "<i>Morgen</i>"),
         # a sentence of markup alone, e.g. an image between two links: nothing to keep
         ('<p><a href="a">x</a> <img src="i.png"> <a href="b">y</a></p>', "[1] [2]", None),
     ],
@@ -215,6 +215,36 @@ def test_a_translation_without_a_word_keeps_the_sentence_untranslated(
     assert_same_markup(html, out)
     if expected is not None:
         assert out == expected
+
+
+@pytest.mark.parametrize(
+    ("html", "translations", "expected"),
+    [
+        # the shipped model's answers (beam 4 and greedy) to "Hello [1] world": the end tag was not sent (the edge)
+        ("Hello <b>world</b>", ["Hello [1]"], "<b>Hello</b>"),
+        ("Hello <b>world</b>", ["Er hat [1]"], "Er <b>hat</b>"),
+        ("Hello <b>world</b>.", ["Er hat [1] [2]."], "Er <b>hat</b> ."),
+        ("Good <i>morning</i>, my friend.", ["Schützlich [1] [2], mein Freund."], "<i>Schützlich</i> , mein Freund."),
+        ("<i>Good</i> morning", ["[1] Morgen"], "<i>Morgen</i>"),  # the start tag not sent
+        # its end tag lost before punctuation (the shipped model's answers, beam 4): not around "." or ","
+        ("Hello <b>world</b>.", ["Er hat [1] [1]."], "Er <b>hat</b> ."),
+        ("Good <i>morning</i>, my friend.", ["Schützlich [1], mein Freund."], "<i>Schützlich</i> , mein Freund."),
+        # not emptied: the element had no word, or it goes on in another sentence
+        ("Hello <b>...</b> world", ["Hallo [1] [2] Welt"], "Hallo <b></b> Welt"),
+        ("<b>One. Two</b> three.", ["Eins.", "[1] Zwei drei."], "<b>Eins.</b> Zwei drei."),
+        ("Click <b>Save</b> now.", ["Klicken [1] Speichern [2] jetzt."], "Klicken <b>Speichern</b> jetzt."),
+    ],
+)
+def test_an_element_whose_words_the_model_lost_is_put_around_a_word_not_left_empty(
+    html: str, translations: list[str], expected: str
+) -> None:
+    """Placeholders given back with no word between them, or an end tag lost before punctuation, would leave an
+    element empty and its text lost: it is put around words as an element whose placeholders were lost is (its own
+    text if kept, else the words it maps to; with a tag not sent, the other before the last word or after the
+    first)."""
+    out = parse_html(html).rejoin(translations)
+    assert_same_markup(html, out)
+    assert out == expected
 
 
 # --- the real engine -----------------------------------------------------------------------------------------------

@@ -353,6 +353,8 @@ class Unit:
             if self.marks[i].kind == "close" and i not in positions:  # after the first word behind its start tag
                 k = bisect_right(ends, positions.get(self._index[(id(self.marks[i].node), "open")], 0))
                 positions[i] = ends[k] if k < len(ends) else len(text)
+        filled = self._fill_empty(sentence, ids, text, positions)  # elements around no word: around words instead
+        tags += sorted(filled - set(tags))
         terms = sorted(
             (p, p + len(n.target)) for j, p in positions.items() if isinstance(n := self.marks[j].node, Term)
         )
@@ -361,7 +363,7 @@ class Unit:
             if k >= 0 and positions[i] < terms[k][1]:  # a tag put back never splits a term's words
                 positions[i] = terms[k][1] if self.marks[i].kind == "close" else terms[k][0]
         swaps = {}
-        kept = ids - set(lost)
+        kept = ids - set(tags)
         for i in kept:
             mark = self.marks[i]
             close = self._index[(id(mark.node), "close")] if mark.kind == "open" else -1
@@ -372,6 +374,43 @@ class Unit:
             positions.clear()
             positions.update((swaps.get(i, i), pos) for i, pos in placed)
         return text
+
+    def _fill_empty(self, sentence: _Sentence, ids: set[int], text: str, positions: dict[int, int]) -> set[int]:
+        """Put the sentence's elements that come back around no word of ``text``, though their source text has one,
+        around words as a lost pair is (its own text if the translation kept it, else the words its source span maps
+        onto), so none comes back empty and its text lost: the model kept placeholders but not the words between
+        them (``Hello [1]`` for ``Hello [1] world``), or lost an end tag before punctuation. With a tag at the
+        sentence's edge (not sent), the other goes before the last word or after the first. Returns the tags moved."""
+        words = [w.span() for w in _WORD.finditer(text)]
+        moved: set[int] = set()
+        for i in sorted(ids) if words else ():
+            mark = self.marks[i]
+            if mark.kind == "open":
+                close = self._index[(id(mark.node), "close")]
+                if close not in ids and self.marks[close].offset > sentence.end:
+                    continue  # the element goes on in the next sentence
+                lo, hi = positions[i], positions.get(close, len(text))
+            elif mark.kind == "close" and (start := self._index[(id(mark.node), "open")]) not in ids:
+                if self.marks[start].offset < sentence.start:
+                    continue  # the element began in the sentence before
+                lo, hi = 0, positions[i]
+            else:
+                continue
+            own = _SPACES.sub(" ", _target_text(getattr(mark.node, "children", ()))).strip()
+            if lo > hi or not _WORDY.search(own) or _WORDY.search(text[lo:hi]):
+                continue  # a swapped pair (swapped back later), an element without words, or one around words
+            if mark.kind == "close":
+                positions[i] = words[0][1]
+            elif close not in ids:
+                positions[i] = words[-1][0]
+            else:
+                at = _find(text, text.lower(), own)
+                middles = [(a + b) / 2 for a, b in words]
+                span = (at, at + len(own)) if at >= 0 else self._mapped(sentence, text, words, middles, mark)
+                positions[i], positions[close] = span
+                moved.add(close)
+            moved.add(i)
+        return moved
 
     def _scale(self, sentence: _Sentence, text: str, offset: int) -> float:
         """Where ``offset`` of the source sentence falls in ``text``, in proportion to the lengths."""
