@@ -84,8 +84,9 @@ class Matcher:
         # the longest term and back off to a shorter one that ends on a word boundary
         pattern = _trie_pattern([source for source, _ in longest], space)
         # a term is a whole word ("cat" is not in "concat", "U.S." not in "U.S.A.", ".NET" not in "ASP.NET"); only an
-        # edge that is a symbol outside ASCII (an emoji) may touch a word ("Hi👋")
-        symbol = r"[^\w\x00-\x7f]"
+        # edge that is a symbol outside ASCII (an emoji) or a control character (NUL, which the model cannot spell)
+        # may touch a word ("Hi👋", "Hi\x00")
+        symbol = r"[^\w\x20-\x7e]"
         start, end = rf"(?:(?={symbol})|(?<!\w))", rf"(?:(?<={symbol})|(?!\w))"
         self._pattern = re.compile(rf"{start}(?:{pattern}){end}", re.IGNORECASE)
         self._targets = {fold(source): target for source, target in longest}
