@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transduce.engine.text import Segmented, segment, split_long
+from transduce.engine.text import EDGE_MARKS, Segmented, segment, split_long
 
 
 @pytest.mark.parametrize(
@@ -61,12 +61,15 @@ def test_segment(text: str, sentences: list[str], separators: list[str]) -> None
         "\u00a0No-break space first.",
         "",
         " \n\t ",
+        "\u200f Hello. \u200f",
+        "Hello.\n\u200f\nWorld.\ufeff",
     ],
 )
 def test_segments_put_back_together_give_the_text_exactly(text: str) -> None:
     item = segment(text)
     assert item.rejoin(item.sentences) == text
-    assert all(s and not s[0].isspace() and not s[-1].isspace() for s in item.sentences)
+    edges = [c.isspace() or c in EDGE_MARKS for s in item.sentences for c in (s[:1], s[-1:])]
+    assert all(item.sentences) and not any(edges)
 
 
 def test_rejoin_keeps_the_source_whitespace_around_translations() -> None:
@@ -79,6 +82,15 @@ def test_leading_and_trailing_whitespace_of_the_text_is_kept() -> None:
     assert (item.leading, item.sentences, item.separators[-1]) == ("\n  ", ("Guten Morgen.", "Wie geht es?"), "\t ")
     assert item.rejoin(["Good morning.", "How are you?"]) == "\n  Good morning. How are you?\t "
     assert segment("   ").rejoin([]) == "   "  # a blank text is all leading whitespace: it comes back as it was
+
+
+def test_invisible_marks_at_the_edges_are_kept_with_the_whitespace() -> None:
+    """Right-to-left marks, isolates, a byte order mark or a zero-width space around a text are not the sentence's:
+    the tokenizer would drop them, so they come back where they were, as whitespace does."""
+    item = segment("\u200f Hallo Welt. \u2069\ufeff")
+    assert (item.leading, item.sentences, item.separators) == ("\u200f ", ("Hallo Welt.",), (" \u2069\ufeff",))
+    assert item.rejoin(["Hello world."]) == "\u200f Hello world. \u2069\ufeff"
+    assert segment("Eins.\n\u200e\nZwei.").sentences == ("Eins.", "Zwei.")  # marks alone on a line: no sentence
 
 
 def test_rejoin_refuses_a_wrong_number_of_translations() -> None:

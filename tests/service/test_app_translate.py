@@ -126,13 +126,26 @@ async def test_sentences_are_translated_one_by_one_and_rejoined_with_their_white
 async def test_leading_and_trailing_whitespace_of_each_text_is_kept() -> None:
     fake = FakeTranslator()
     async with serve(fake) as (client, _):
-        texts = ["  Hello world.  ", "\tTabbed line\n", "\u00a0no-break", "plain"]
+        texts = ["  Hello world.  ", "\tTabbed line\n", "\u00a0no-break", "plain", "\u200f Right to left. \u200f"]
         r = await client.post("/translate", json={"q": texts, **EN_DE, "alternatives": 1})
     assert r.json() == {
-        "translatedText": ["  WORLD. HELLO  ", "\tLINE TABBED\n", "\u00a0NO-BREAK", "PLAIN"],
-        "alternatives": [["  WORLD. HELLO #1  "], ["\tLINE TABBED #1\n"], ["\u00a0NO-BREAK #1"], ["PLAIN #1"]],
+        "translatedText": [
+            "  WORLD. HELLO  ",
+            "\tLINE TABBED\n",
+            "\u00a0NO-BREAK",
+            "PLAIN",
+            "\u200f LEFT. TO RIGHT \u200f",
+        ],
+        "alternatives": [
+            ["  WORLD. HELLO #1  "],
+            ["\tLINE TABBED #1\n"],
+            ["\u00a0NO-BREAK #1"],
+            ["PLAIN #1"],
+            ["\u200f LEFT. TO RIGHT #1 \u200f"],
+        ],
     }
-    assert fake.translated[1:] == ["Hello world.", "Tabbed line", "no-break", "plain"]  # the engine sees no padding
+    # the engine sees no padding (nor the marks around a text, which its tokenizer would drop)
+    assert fake.translated[1:] == ["Hello world.", "Tabbed line", "no-break", "plain", "Right to left."]
 
 
 async def test_blank_items_come_back_as_they_were_without_decoding() -> None:

@@ -14,6 +14,17 @@ from dataclasses import dataclass
 # \r as old Mac files have, \v, \f, the file/group/record separators, NEL, U+2028, U+2029), not only \n
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 _BOUNDARY = re.compile(rf"(?<=[.!?…])[\"'”’»)\]]*\s+(?![a-zà-ÿ\s])|[{LINE_BREAKS}]\s*")
+# invisible marks that go at a text's edges (bidirectional marks, embeddings and isolates, zero-width space, word
+# joiner, byte order mark): kept with the whitespace around the sentences, as the tokenizer would drop them
+EDGE_MARKS = "\u200b\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff"
+_EDGE = re.compile(rf"[\s{EDGE_MARKS}]*")
+
+
+def _edge(text: str) -> int:
+    """How many characters at the start of ``text`` are whitespace or ``EDGE_MARKS`` (matched from the start only:
+    linear however long the run)."""
+    found = _EDGE.match(text)
+    return found.end() if found else 0
 
 
 @dataclass(frozen=True)
@@ -60,13 +71,18 @@ def has_letters(text: str) -> bool:
 
 
 def segment(text: str) -> Segmented:
-    """Split ``text`` into sentences with no whitespace at either end; ``rejoin(sentences)`` gives back ``text``."""
-    body = text.lstrip()
+    """Split ``text`` into sentences with no whitespace (nor ``EDGE_MARKS``) at either end; ``rejoin(sentences)``
+    gives back ``text``."""
+    body = text[_edge(text) :]
     sentences: list[str] = []
     separators: list[str] = []
 
     def add(piece: str, separator: str) -> None:
-        sentence = piece.rstrip()  # whitespace before a line break or at the very end belongs to the separator
+        # whitespace (and edge marks) before a line break or at the very end belongs to the separator
+        sentence = piece[: len(piece) - _edge(piece[::-1])]
+        if not sentence and sentences:  # edge marks alone between two breaks: with the separator before them
+            separators[-1] += piece + separator
+            return
         sentences.append(sentence)
         separators.append(piece[len(sentence) :] + separator)
 
