@@ -241,6 +241,31 @@ def test_oversized_headers_get_431_and_the_connection_is_closed(parser: str) -> 
             assert read_response(ok).startswith(b"HTTP/1.1 200 ")
 
 
+def test_headers_over_the_limit_that_end_in_a_later_read_or_a_long_url_get_431() -> None:
+    """Headers are counted before the parser reads them, so a header block over MAX_HEADER_BYTES whose end comes in
+    the read that crosses the limit is refused too (it was parsed whole and answered 200), and so is a request
+    line over the limit (httptools' own error for it was answered as a malformed request)."""
+    big = b"X-Big: " + b"a" * 100_000 + b"\r\n"
+    url = b"/health?" + b"a" * (MAX_HEADER_BYTES + 5000)
+    with serving(FakeTranslator(), parser="httptools") as (_, port, _):
+        for first, rest in (
+            (b"GET /health HTTP/1.1\r\nHost: test\r\n" + big[:60_000], big[60_000:] + b"\r\n"),
+            (b"GET " + url[:60_000], url[60_000:] + b" HTTP/1.1\r\nHost: test\r\n\r\n"),
+        ):
+            conn = connect(port)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                conn.sendall(first)
+                time.sleep(0.2)  # read apart: the end of the headers comes in the read after the first 60 KB
+                conn.sendall(rest)
+            data, _ = read_until_closed(conn)
+            assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+        with connect(port) as ok:  # a blank line split between two reads ends the headers all the same
+            ok.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n\r")
+            time.sleep(0.2)
+            ok.sendall(b"\n")
+            assert read_response(ok).startswith(b"HTTP/1.1 200 ")
+
+
 @pytest.mark.parametrize("parser", PARSERS)
 def test_bytes_that_are_not_http_get_a_json_400(parser: str) -> None:
     """uvicorn answers a request it cannot parse with a text/plain 400; clients get the API's error shape."""

@@ -115,6 +115,7 @@ class GuardedConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._refused = False
         self._header_bytes = 0  # bytes received while the current request's headers are incomplete
+        self._header_tail = b""  # their last 3 bytes: a blank line split across two reads is still found
         self._cut = False  # answered 431: whatever else arrives is dropped
         if hasattr(inner, "send_400_response"):  # uvicorn's answer to bytes it cannot parse is text/plain
             inner.send_400_response = self._malformed
@@ -158,24 +159,38 @@ class GuardedConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused or self._cut:
             return
-        self.inner.data_received(data)
-        if not self.idle:
-            self._header_bytes = 0
-            self._disarm()  # headers complete: the app reads the body under its own deadline
-            return
-        if self._awaiting_headers:  # not the rest of a body answered early (a 413 before it was all sent)
-            self._header_bytes += len(data)
-        if self._header_bytes > MAX_HEADER_BYTES and self.transport is not None:
+        # counted before the parser reads them (not the rest of a body answered early, a 413 before it was all
+        # sent): headers that end within a read of the limit's size would be parsed whole before a count after it
+        if self._awaiting_headers and self._over_header_limit(data):
             log.warning(
                 "closed a connection sending over %d bytes of request headers (431)",
                 MAX_HEADER_BYTES,
                 extra={"throttle": "headers-too-large"},
             )
             self._cut = True  # nothing more reaches the parser
-            self.transport.write(HEADERS_TOO_LARGE)
+            if self.transport is not None:
+                self.transport.write(HEADERS_TOO_LARGE)
             self.close()
+            return
+        self.inner.data_received(data)
+        if not self.idle:
+            self._header_bytes, self._header_tail = 0, b""
+            self._disarm()  # headers complete: the app reads the body under its own deadline
         elif self._timer is None:
             self._arm()  # the first bytes of the next request on a kept-alive connection
+
+    def _over_header_limit(self, data: bytes) -> bool:
+        """Whether the request line and headers that ``data`` goes on with (or begins) take more than
+        ``MAX_HEADER_BYTES``, up to the blank line that ends them if it is in ``data``."""
+        seen = self._header_tail + data
+        ends = [at + len(mark) for mark in (b"\r\n\r\n", b"\n\n") if (at := seen.find(mark)) >= 0]
+        if ends:
+            size = self._header_bytes + min(ends) - len(self._header_tail)
+            self._header_bytes, self._header_tail = 0, b""
+            return size > MAX_HEADER_BYTES
+        self._header_bytes += len(data)
+        self._header_tail = seen[-3:]
+        return self._header_bytes > MAX_HEADER_BYTES
 
     def eof_received(self) -> bool | None:
         return None if self._refused or self._cut else self.inner.eof_received()
