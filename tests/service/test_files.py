@@ -183,6 +183,8 @@ async def test_form_errors_api_keys_and_languages() -> None:
         headers = {"content-type": "multipart/form-data"}
         r = await client.post("/translate_file", content=b"x", headers=headers)
         assert r.status_code == 422 and "has no boundary" in r.json()["error"], r.text
+        r = await upload(client, "a" * 4500 + ".txt", b"Hi.", api_key="secret")  # over the parser's part headers
+        assert r.status_code == 422 and "headers take more than 4 KiB" in r.json()["error"], r.text
         r = await upload(client, "a.txt", b"Hi.", api_key="secret", target="fr")
         assert r.status_code == 400 and "en->fr is not supported" in r.json()["error"]
         fields = b"".join(

@@ -235,13 +235,22 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
 
 def _form_problem(exc: Exception) -> str:
     """Why starlette's multipart parser refused a body, in this API's terms (its own messages name its limits)."""
-    detail = str(getattr(exc, "detail", "") or exc).lower()
+    said: list[str] = []
+    seen: BaseException = exc  # the parser's own error too, which starlette wraps twice as "Invalid multipart data"
+    for _ in range(4):
+        said.append(str(getattr(seen, "detail", "") or seen))
+        if (nxt := seen.__cause__ or seen.__context__) is None:
+            break
+        seen = nxt
+    detail = " ".join(said).lower()
     if "too many files" in detail:
         return "send one file, in the field file"
     if "too many fields" in detail:
         return "it has too many fields (send file, source and target; api_key and format are optional)"
     if "boundary" in detail:
         return "its Content-Type has no boundary, so the parts cannot be told apart"
+    if "header size" in detail:  # the parser's limit on one part's headers: 4 KiB and a little
+        return "a part's headers take more than 4 KiB (a file name that long?): send the file under a shorter name"
     return "it is not well-formed multipart/form-data"
 
 
