@@ -441,6 +441,25 @@ async def test_lone_surrogates_are_replaced_not_an_error() -> None:
     assert fake.translated[1:] == ["? x"]  # the engine only ever sees encodable text
 
 
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ('"api_key": "\\ud800"', "api_key"),
+        ('"glossary": [{"source": "a\\ud800", "target": "b"}]', "glossary item 0: source"),
+        ('"glossary": [{"source": "a", "target": "\\udc00"}]', "glossary item 0: target"),
+    ],
+)
+async def test_a_lone_surrogate_outside_q_is_a_422_that_says_what_it_is(extra: str, field: str) -> None:
+    """Not "must be a text, not the text \\ud800", which contradicts itself."""
+    async with serve(FakeTranslator()) as (client, _):
+        body = '{"q": "x", "source": "en", "target": "de", ' + extra + "}"
+        r = await client.post("/translate", content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].endswith(
+        f"{field} holds half a character (a lone surrogate, such as \\ud800): send whole characters"
+    )
+
+
 async def test_engine_errors_are_mapped_and_the_server_keeps_serving(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeTranslator()
     fake.fail_on = {

@@ -30,6 +30,15 @@ _FORM_RULES = {
 }
 
 
+HALF_CHARACTERS = "holds half a character (a lone surrogate, such as \\ud800): send whole characters"
+
+
+def half_characters(value: Any) -> bool:
+    """Whether ``value`` is a text with a lone surrogate (which pydantic refuses as a text: said so, not "must be a
+    text")."""
+    return isinstance(value, str) and any("\ud800" <= c <= "\udfff" for c in value)
+
+
 def describe(value: Any) -> str:
     """What a sent value is, in JSON's terms: ``true``, ``null``, ``the text "4"``, ``a list``, ..."""
     if value is None:
@@ -56,6 +65,8 @@ def _field_problem(field: str, error: ErrorDetails, value: Any) -> str:
     kind, ctx = error["type"], error.get("ctx") or {}
     if kind == "missing":
         return f"{field} is required"
+    if half_characters(value):
+        return f"{field} {HALF_CHARACTERS}"
     if kind in ("greater_than_equal", "less_than_equal"):
         bound = "at least" if kind == "greater_than_equal" else "at most"
         return f"{field} must be {bound} {ctx.get('ge', ctx.get('le'))}, not {describe(value)}"

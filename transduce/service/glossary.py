@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from transduce.engine.text import Segmented, segment
-from transduce.service.field_errors import describe
+from transduce.service.field_errors import HALF_CHARACTERS, describe, half_characters
 from transduce.service.htmlnodes import Term
 from transduce.service.htmlunits import Unit
 from transduce.service.schemas import MAX_TERM_CHARS, GlossaryEntry
@@ -191,6 +191,8 @@ def entry_problem(error: Mapping[str, Any], data: Any, where: str) -> str:
         return f"{item}: {field} must have 1 to {MAX_TERM_CHARS} characters, not {describe(value)}"
     if kind == "value_error":
         return f"{item}: {field} {error.get('ctx', {}).get('error', 'is not valid')}"
+    if half_characters(value):
+        return f"{item}: {field} {HALF_CHARACTERS}"
     rule = "a text" if field == "source" else "a text (the term to use) or null (keep the source term)"
     return f"{item}: {field} must be {rule}, not {describe(value)}"
 
