@@ -63,12 +63,14 @@ def test_segment(text: str, sentences: list[str], separators: list[str]) -> None
         " \n\t ",
         "\u200f Hello. \u200f",
         "Hello.\n\u200f\nWorld.\ufeff",
+        "A.\n\u200f B.",  # marks that begin a later sentence
+        "Hello. \u200fWorld.",
     ],
 )
 def test_segments_put_back_together_give_the_text_exactly(text: str) -> None:
     item = segment(text)
     assert item.rejoin(item.sentences) == text
-    edges = [c.isspace() or c in EDGE_MARKS for s in item.sentences for c in (s[:1], s[-1:])]
+    edges = [c.isspace() or c in EDGE_MARKS for s in item.sentences for c in (s[0], s[-1])]
     assert all(item.sentences) and not any(edges)
 
 

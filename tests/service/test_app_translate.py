@@ -447,6 +447,7 @@ async def test_lone_surrogates_are_replaced_not_an_error() -> None:
         ('"api_key": "\\ud800"', "api_key"),
         ('"glossary": [{"source": "a\\ud800", "target": "b"}]', "glossary item 0: source"),
         ('"glossary": [{"source": "a", "target": "\\udc00"}]', "glossary item 0: target"),
+        ('"target": "d\\ud800"', "target"),  # (the later "target" of the body is the one read)
     ],
 )
 async def test_a_lone_surrogate_outside_q_is_a_422_that_says_what_it_is(extra: str, field: str) -> None:
@@ -458,6 +459,13 @@ async def test_a_lone_surrogate_outside_q_is_a_422_that_says_what_it_is(extra: s
     assert r.json()["error"].endswith(
         f"{field} holds half a character (a lone surrogate, such as \\ud800): send whole characters"
     )
+
+
+async def test_a_lone_surrogate_in_a_number_field_is_the_wrong_kind() -> None:
+    async with serve(FakeTranslator()) as (client, _):
+        body = b'{"q": "x", "source": "en", "target": "de", "beam_size": "\\ud800"}'
+        r = await client.post("/translate", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "beam_size must be a whole number" in r.json()["error"], r.text
 
 
 async def test_engine_errors_are_mapped_and_the_server_keeps_serving(caplog: pytest.LogCaptureFixture) -> None:

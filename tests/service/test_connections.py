@@ -266,6 +266,16 @@ def test_headers_over_the_limit_that_end_in_a_later_read_or_a_long_url_get_431()
             assert read_response(ok).startswith(b"HTTP/1.1 200 ")
 
 
+def test_headers_with_bare_line_feeds_and_a_crlf_blank_line_end_there() -> None:
+    """h11 reads LF line ends, and a CRLF blank line after them, as the end of the headers: so does the header count,
+    else the body behind them is counted as headers (a 431 for a legal request)."""
+    body = json.dumps({"q": "Hello", "source": "en", "target": "de", "pad": "x" * 200_000}).encode()
+    head = b"POST /translate HTTP/1.1\nHost: test\nContent-Type: application/json\nContent-Length: %d\n\r\n" % len(body)
+    with serving(FakeTranslator(), parser="h11") as (_, port, _), connect(port) as conn:
+        conn.sendall(head + body)
+        assert read_response(conn).startswith(b"HTTP/1.1 200 ")
+
+
 @pytest.mark.parametrize("parser", PARSERS)
 def test_bytes_that_are_not_http_get_a_json_400(parser: str) -> None:
     """uvicorn answers a request it cannot parse with a text/plain 400; clients get the API's error shape."""

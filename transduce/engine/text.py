@@ -78,7 +78,12 @@ def segment(text: str) -> Segmented:
     separators: list[str] = []
 
     def add(piece: str, separator: str) -> None:
-        # whitespace (and edge marks) before a line break or at the very end belongs to the separator
+        # edge marks that begin it (after a break) belong to the separator before; whitespace and edge marks before a
+        # line break or at the very end, to the separator after
+        lead = _edge(piece) if sentences else 0  # (the first piece begins after the text's leading ones)
+        if lead:
+            separators[-1] += piece[:lead]
+            piece = piece[lead:]
         sentence = piece[: len(piece) - _edge(piece[::-1])]
         if not sentence and sentences:  # edge marks alone between two breaks: with the separator before them
             separators[-1] += piece + separator

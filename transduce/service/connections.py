@@ -183,7 +183,8 @@ class GuardedConnection(asyncio.Protocol):
         """Whether the request line and headers that ``data`` goes on with (or begins) take more than
         ``MAX_HEADER_BYTES``, up to the blank line that ends them if it is in ``data``."""
         seen = self._header_tail + data
-        ends = [at + len(mark) for mark in (b"\r\n\r\n", b"\n\n") if (at := seen.find(mark)) >= 0]
+        # a blank line, as h11 and httptools read one: CRLF or bare LF line ends, a CRLF blank line after LF ones
+        ends = [at + len(mark) for mark in (b"\r\n\r\n", b"\n\n", b"\n\r\n") if (at := seen.find(mark)) >= 0]
         if ends:
             size = self._header_bytes + min(ends) - len(self._header_tail)
             self._header_bytes, self._header_tail = 0, b""

@@ -65,7 +65,7 @@ def _field_problem(field: str, error: ErrorDetails, value: Any) -> str:
     kind, ctx = error["type"], error.get("ctx") or {}
     if kind == "missing":
         return f"{field} is required"
-    if half_characters(value):
+    if half_characters(value) and field not in _FORM_RULES:  # a text field (a number field: the wrong kind)
         return f"{field} {HALF_CHARACTERS}"
     if kind in ("greater_than_equal", "less_than_equal"):
         bound = "at least" if kind == "greater_than_equal" else "at most"
