@@ -124,6 +124,7 @@ Writer = Callable[[list[str]], None]  # puts translated lines out, in order
 
 
 def _local_run(args: argparse.Namespace, lines: Iterator[SourceLine], write: Writer) -> None:
+    from transduce.engine.errors import InputTooLongError
     from transduce.engine.options import DecodeOptions
     from transduce.engine.translator import Translator
     from transduce.shipped import resolve_model_dir
@@ -132,12 +133,23 @@ def _local_run(args: argparse.Namespace, lines: Iterator[SourceLine], write: Wri
     translator.check_pair(args.source, args.target)
     size = SERVED_NO_REPEAT_NGRAM_SIZE if args.no_repeat_ngram_size is None else args.no_repeat_ngram_size
     options = DecodeOptions(beam_size=args.beam_size, chunk_size=args.batch_size, no_repeat_ngram_size=size)
-    for chunk in _chunks(lines, args.batch_size * 2):
+
+    def translated(chunk: list[SourceLine]) -> list[str]:
         items = [segment(line.text) for line in chunk]
         flat = [s for item in items for s in item.sentences]
         results = translator.translate(flat, source_lang=args.source, target_lang=args.target, options=options)
         out = iter(r.hypotheses[0] for r in results)
-        write([item.rejoin([next(out) for _ in item.sentences]) for item in items])
+        return [item.rejoin([next(out) for _ in item.sentences]) for item in items]
+
+    for chunk in _chunks(lines, args.batch_size * 2):
+        try:
+            write(translated(chunk))
+        except InputTooLongError:
+            for line in chunk:  # one by one: the lines before it are written, and its own is named
+                try:
+                    write(translated([line]))
+                except InputTooLongError as exc:
+                    raise TranslateError(f"{_span([line])} failed: {exc}") from None
 
 
 # --- through a server -----------------------------------------------------------------------------------------------
@@ -232,25 +244,25 @@ def _pack(lines: Iterable[SourceLine], limits: ServerLimits, pending: deque[_Lin
     """Requests' worth of pieces, in input order, each within the limits; every line read goes to ``pending``."""
     batch: list[_Piece] = []
     chars = sentences = 0
-    for source in lines:
-        try:
+    try:
+        for source in lines:
             line = _prepare(source, limits)
-        except TranslateError:
-            if batch:
-                yield batch  # what came before the line goes out first
-            raise
-        pending.append(line)
-        for slot, text in enumerate(line.texts):
-            n = len(segment(text).sentences) if line.parts is None else 1
-            if batch and (
-                len(batch) == limits.max_items
-                or chars + len(text) > limits.max_chars
-                or sentences + n > limits.max_sentences
-            ):
-                yield batch
-                batch, chars, sentences = [], 0, 0
-            batch.append(_Piece(line, slot, text))
-            chars, sentences = chars + len(text), sentences + n
+            pending.append(line)
+            for slot, text in enumerate(line.texts):
+                n = len(segment(text).sentences) if line.parts is None else 1
+                if batch and (
+                    len(batch) == limits.max_items
+                    or chars + len(text) > limits.max_chars
+                    or sentences + n > limits.max_sentences
+                ):
+                    yield batch
+                    batch, chars, sentences = [], 0, 0
+                batch.append(_Piece(line, slot, text))
+                chars, sentences = chars + len(text), sentences + n
+    except (InputError, TranslateError):  # a line over a limit, or one that is not UTF-8 (read from ``lines``)
+        if batch:
+            yield batch  # what came before the line goes out first
+        raise
     if batch:
         yield batch
 
@@ -275,7 +287,9 @@ class _Remote:
             pairs = {(lang["code"], t) for lang in response.json() for t in lang["targets"]}
         except (ValueError, KeyError, TypeError):
             return
-        if (self.args.source, self.args.target) not in pairs:
+        source, target = self.args.source.lower(), self.args.target.lower()  # the server reads codes in any case
+        known = {(s.lower(), t.lower()) for s, t in pairs}
+        if (source, target) not in known and not (source == "auto" and any(t == target for _, t in known)):
             offered = ", ".join(f"{s}->{t}" for s, t in sorted(pairs))
             raise TranslateError(
                 f"language pair {self.args.source}->{self.args.target} is not supported by the server "
@@ -311,7 +325,9 @@ class _Remote:
             translated = None
         if not (isinstance(translated, list) and len(translated) == len(texts)):
             return 200, f"server answered without {len(texts)} translations"
-        return 200, [str(t) for t in translated]
+        if not all(isinstance(t, str) for t in translated):
+            return 200, "server answered a translation that is not a text"
+        return 200, list(translated)
 
 
 def _retry_after(response: httpx.Response) -> float:

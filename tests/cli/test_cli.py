@@ -155,6 +155,40 @@ def test_translate_url_names_the_lines_a_refused_request_held(tmp_path: Path) ->
         )
 
 
+def test_translate_url_writes_the_lines_before_one_that_is_not_utf8_and_reads_codes_as_the_server_does() -> None:
+    with live_server(FakeTranslator()) as url:
+        translate = [*TRANSDUCE, "translate", "--url", url, "-s", "en", "-t", "de"]
+        result = subprocess.run(translate, input=b"one\ntwo\nSch\xf6n.\nfour\n", capture_output=True, timeout=300)
+        assert (result.returncode, result.stdout) == (1, b"ONE\nTWO\n")  # the line before the bad one was lost
+        assert (
+            result.stderr.decode()
+            == "transduce translate: stdin line 3 is not UTF-8 text (byte 0xf6, the line's byte 4)\n"
+        )
+        for source, target in (("EN", "De"), ("auto", "de")):  # refused before the server was asked
+            codes = run("translate", "--url", url, "-s", source, "-t", target, stdin="Hello world.\n")
+            assert (codes.returncode, codes.stdout) == (0, "WORLD. HELLO\n"), codes.stderr
+
+
+def test_translate_url_fails_on_an_answer_that_is_not_text() -> None:
+    from transduce.translate_cli import _Remote
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"translatedText": [None, "b"]})
+
+    args = type("Args", (), {"source": "en", "target": "de", "beam_size": 4, "api_key": None})()
+    with httpx.Client(base_url="http://server", transport=httpx.MockTransport(answer)) as client:
+        assert _Remote(args, client).post(["a", "b"]) == (200, "server answered a translation that is not a text")
+
+
+def test_translate_locally_names_the_line_whose_sentence_is_too_long(tiny_model_dir: Path) -> None:
+    """After the lines before it (its chunk is translated again line by line to find it)."""
+    long = " ".join(["word"] * 3000) + "."
+    result = run("translate", "--model", str(tiny_model_dir), "-s", "en", "-t", "de", stdin=f"Hello.\n{long}\nBye.\n")
+    assert result.returncode == 1 and result.stdout.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("transduce translate: stdin line 2 failed: a sentence has "), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_translate_errors_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
     for args, fragment in (
         (["--model", str(tmp_path / "nope")], "does not exist"),
