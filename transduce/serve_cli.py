@@ -152,9 +152,20 @@ def run(args: argparse.Namespace) -> int:
         return _serve(create_app(model_dir, settings, translator_factory=lambda _: translator), settings, sock)
 
 
+def enable_crash_traces() -> None:
+    """A fatal signal (a bus error when a served model's mapped weights file is truncated under the server, a crash
+    in a native library) prints Python's "Fatal Python error" and where every thread was on stderr, instead of the
+    process vanishing without a line in the log."""
+    import faulthandler
+
+    faulthandler.enable()
+
+
 def _serve(app: ASGIApp, settings: Settings, sock: socket.socket) -> int:
     """Run ``app`` on the bound socket until SIGTERM/SIGINT; 0 after draining."""
     from transduce.service.connections import fd_headroom
+
+    enable_crash_traces()
 
     DrainingServer = _draining_server_class()  # noqa: N806
     server = DrainingServer(server_config(app, settings, fd_headroom(settings.max_connections)))

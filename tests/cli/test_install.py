@@ -96,3 +96,16 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path: Path) -> Non
         command = [*TRANSDUCE, "serve", "--model", str(missing), "--port", str(port)]
         line = one_line_error(subprocess.run(command, capture_output=True, text=True, timeout=120))
     assert line.startswith(f"transduce serve: cannot listen on 127.0.0.1:{port}: ") and "in use" in line
+
+
+def test_a_fatal_signal_in_the_server_leaves_a_line_on_stderr() -> None:
+    """transduce serve's crash traces (``enable_crash_traces``, called before it serves): a bus error, as a served
+    model's weights file truncated under the server gives, prints where the process was instead of vanishing."""
+    code = (
+        "import os, signal\n"
+        "from transduce.serve_cli import enable_crash_traces\n"
+        "enable_crash_traces()\n"
+        "os.kill(os.getpid(), signal.SIGBUS)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "Fatal Python error: Bus error" in result.stderr, result.stderr
