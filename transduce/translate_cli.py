@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--source", "-s", required=True, help="source language code, e.g. en")
     parser.add_argument("--target", "-t", required=True, help="target language code, e.g. de")
-    parser.add_argument("files", nargs="*", help="input files, one sentence or paragraph per line (default: stdin)")
+    parser.add_argument(
+        "files", nargs="*", help="input files, one sentence or paragraph per line (default, or -: stdin)"
+    )
     parser.add_argument("--beam-size", type=int, default=DEFAULT_OPTIONS.beam_size, help="beam size (1 = greedy)")
     parser.add_argument(
         "--batch-size", type=int, default=DEFAULT_OPTIONS.chunk_size, help="sentences per encoder/decoder pass"
@@ -77,7 +79,7 @@ def _lines(files: Sequence[str], stack: ExitStack) -> Iterator[SourceLine]:
     CRLF output; any other line break kept inside the line, where the sentence splitter keeps it), each decoded as
     UTF-8 on its own: a line that is not is an InputError."""
     streams: list[tuple[str, BinaryIO]] = [
-        (f, stack.enter_context(open(f, "rb")))  # noqa: SIM115
+        ("stdin", sys.stdin.buffer) if f == "-" else (f, stack.enter_context(open(f, "rb")))  # noqa: SIM115
         for f in files
     ] or [("stdin", sys.stdin.buffer)]
     for name, stream in streams:

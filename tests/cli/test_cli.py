@@ -258,3 +258,12 @@ def test_export_cli_dtypes(tiny_checkpoint: Path, tmp_path: Path, dtype: str, st
     assert [p.name for p in tmp_path.iterdir()] == ["m"]  # int8's intermediate float32 export is gone
     translated = run("translate", "--model", str(tmp_path / "m"), "-s", "en", "-t", "de", stdin="Hello world.\n")
     assert translated.returncode == 0 and translated.stdout.strip(), translated.stderr
+
+
+def test_translate_reads_a_dash_as_stdin(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("first line\n")
+    with live_server(FakeTranslator()) as url:
+        result = run(
+            "translate", "--url", url, "-s", "en", "-t", "de", str(tmp_path / "a.txt"), "-", stdin="from stdin\n"
+        )
+    assert (result.returncode, result.stdout) == (0, "LINE FIRST\nSTDIN FROM\n"), result.stderr
