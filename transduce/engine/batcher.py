@@ -141,6 +141,9 @@ class DynamicBatcher(Generic[K, T, R]):
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._clock = 0  # virtual time (see _share): the largest finish time dispatched so far
+        # a turn: a quarter of max_batch_tokens cost units, or a quarter of max_batch_size items (see _share)
+        self._quantum = max(1, self.config.max_batch_tokens // 4)
+        self._per_turn = max(1, self.config.max_batch_size // 4)
 
     @property
     def queue_depth(self) -> int:
@@ -189,8 +192,7 @@ class DynamicBatcher(Generic[K, T, R]):
         request: _Request[K, T, R] = _Request(key, items, deadline, asyncio.get_running_loop().create_future())
         # a request starts at the clock: it waits behind what was queued earlier, not all of it; its turns count from
         # its start, so a request of a turn's worth or less is served in one turn, wherever the clock stands
-        quantum, per_turn = self._turn()
-        start, used, turn_length = self._clock, 0, quantum * per_turn
+        start, used, turn_length = self._clock, 0, self._quantum * self._per_turn
         for i, c in enumerate(costs):
             turn = start // turn_length + used // turn_length
             used += self._share(c)
@@ -256,12 +258,7 @@ class DynamicBatcher(Generic[K, T, R]):
         quarter of ``max_batch_size`` items, whichever a request's items fill first: cheap sentences fill it by
         number, so a request of many short ones holds a newcomer back one batch at most, not several. Never 0: the
         clock moves with every item served, so free items cannot hold an older one back."""
-        quantum, per_turn = self._turn()
-        return max(cost * per_turn, quantum)
-
-    def _turn(self) -> tuple[int, int]:
-        """A turn's cost units and items (its length in virtual time is their product)."""
-        return max(1, self.config.max_batch_tokens // 4), max(1, self.config.max_batch_size // 4)
+        return max(cost * self._per_turn, self._quantum)  # a turn's length in virtual time: their product
 
     def _plan(self, order: list[_Item[K, T, R]], key: K) -> tuple[list[_Item[K, T, R]], bool]:
         """The next batch of ``key`` and whether a limit was reached: ``key``'s items in ``order`` (the queue in turn
@@ -307,11 +304,8 @@ class DynamicBatcher(Generic[K, T, R]):
             batch, full = self._plan(order, order[0].request.key)
             wait = self._queue[0].enqueued + self.config.max_wait_ms / 1000 - time.monotonic()
             if not (full or wait <= 0 or self._closed):  # a free worker takes another key's full batch, not waits
-                for key in list(dict.fromkeys(item.request.key for item in order))[1:]:
-                    other, full = self._plan(order, key)
-                    if full:
-                        batch = other
-                        break
+                others = (self._plan(order, key) for key in list(dict.fromkeys(i.request.key for i in order))[1:])
+                batch, full = next((planned for planned in others if planned[1]), (batch, full))
             if full or wait <= 0 or self._closed:
                 taken = set(map(id, batch))
                 self._queue = deque(item for item in self._queue if id(item) not in taken)

@@ -340,11 +340,8 @@ class Unit:
             mark = self.marks[i]
             if mark.kind == "open":
                 close = self._index[(id(mark.node), "close")]
-                own = _SPACES.sub(" ", _target_text(getattr(mark.node, "children", ()))).strip()
-                if close in ids and close not in positions:  # both lost: around its own text if the model kept it
-                    at = _find(text, lower, own)
-                    span = (at, at + len(own)) if at >= 0 else self._mapped(sentence, text, words, middles, mark)
-                    positions[i], positions[close] = span
+                if close in ids and close not in positions:  # both lost
+                    positions[i], positions[close] = self._pair_span(sentence, text, lower, words, middles, mark)
                 else:  # before the last word ahead of its end tag (or of the sentence's end)
                     limit = positions.get(close, len(text))
                     k = bisect_left(starts, limit) - 1
@@ -396,18 +393,15 @@ class Unit:
                 lo, hi = 0, positions[i]
             else:
                 continue
-            own = _SPACES.sub(" ", _target_text(getattr(mark.node, "children", ()))).strip()
-            if lo > hi or not _WORDY.search(own) or _WORDY.search(text[lo:hi]):
+            if lo > hi or not _WORDY.search(_own_text(mark)) or _WORDY.search(text[lo:hi]):
                 continue  # a swapped pair (swapped back later), an element without words, or one around words
             if mark.kind == "close":
                 positions[i] = words[0][1]
             elif close not in ids:
                 positions[i] = words[-1][0]
             else:
-                at = _find(text, text.lower(), own)
                 middles = [(a + b) / 2 for a, b in words]
-                span = (at, at + len(own)) if at >= 0 else self._mapped(sentence, text, words, middles, mark)
-                positions[i], positions[close] = span
+                positions[i], positions[close] = self._pair_span(sentence, text, text.lower(), words, middles, mark)
                 moved.add(close)
             moved.add(i)
         return moved
@@ -416,11 +410,22 @@ class Unit:
         """Where ``offset`` of the source sentence falls in ``text``, in proportion to the lengths."""
         return (offset - sentence.start) / max(sentence.end - sentence.start, 1) * len(text)
 
-    def _mapped(
-        self, sentence: _Sentence, text: str, words: list[tuple[int, int]], middles: list[float], mark: _Mark
+    def _pair_span(
+        self,
+        sentence: _Sentence,
+        text: str,
+        lower: str,
+        words: list[tuple[int, int]],
+        middles: list[float],
+        mark: _Mark,
     ) -> tuple[int, int]:
-        """Where a lost pair goes when its own text is not in the translation: around the ``words`` whose middle
-        falls where its source span maps (the word nearest to it when none does), so it never comes back empty."""
+        """Where the start and end tags of ``mark``'s element go when both are to be placed: around its own text if
+        the translation kept it (``lower``: the text lower-cased), else around the ``words`` whose middle falls where
+        its source span maps (the word nearest to it when none does), so it never comes back empty."""
+        own = _own_text(mark)
+        at = _find(text, lower, own)
+        if at >= 0:
+            return at, at + len(own)
         close = self.marks[self._index[(id(mark.node), "close")]]
         lo, hi = self._scale(sentence, text, mark.offset), self._scale(sentence, text, close.offset)
         inside = words[bisect_left(middles, lo) : bisect_left(middles, hi)]
@@ -485,6 +490,11 @@ class Unit:
             while end > start and full[end - 1].isspace():
                 end -= 1
             keys[i], keys[close] = (start, s_order), (end, e_order)
+
+
+def _own_text(mark: _Mark) -> str:
+    """The text of ``mark``'s element as the target sees it, whitespace collapsed."""
+    return _SPACES.sub(" ", _target_text(getattr(mark.node, "children", ()))).strip()
 
 
 def _find(text: str, lower: str, words: str) -> int:
