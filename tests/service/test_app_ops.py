@@ -290,7 +290,7 @@ async def test_one_access_log_line_per_translate_request(caplog: pytest.LogCaptu
     async with serve() as (client, _):
         await client.get("/health")
         await client.post("/translate", json={"q": ["a b.", "c"], **EN_DE}, headers={"X-Request-ID": "log-1"})
-        await client.post("/translate", json={"q": "x", "source": "en", "target": "en"})
+        await client.post("/translate", json={"q": "x", "source": "en", "target": "fr"})
     records = [r for r in caplog.records if r.name == "transduce.access"]
     assert len(records) == 2
     lines = [JsonFormatter().format(r) for r in records]

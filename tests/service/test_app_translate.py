@@ -51,8 +51,36 @@ async def test_sentences_without_a_letter_come_back_as_they_are_without_decoding
         r = await client.post("/translate", json={"q": q, **EN_DE, "alternatives": 1})
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == ["123", "10:30 – 11:45", "\x07\x08", "!!! ???", "WORLD. HELLO 42.", "<3 ;-)"]
-    assert r.json()["alternatives"][0] == ["123"]
+    assert r.json()["alternatives"][0] == []  # no other reading of it
     assert fake.translated[1:] == ["Hello world."]  # the only sentence with a letter
+
+
+async def test_a_source_that_is_the_target_comes_back_as_sent_without_decoding() -> None:
+    """As LibreTranslate answers it (a client translating everything into its reader's language sends these)."""
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        r = await client.post("/translate", json={"q": [" Hello world. ", "Hi"], "source": "en", "target": "EN"})
+        html = await client.post(
+            "/translate", json={"q": "<p>Hi <b>you</b></p>", "source": "de", "target": "de", "format": "html"}
+        )
+        alternatives = await client.post(
+            "/translate", json={"q": "Hi", "source": "en", "target": "en", "alternatives": 2}
+        )
+    assert r.status_code == 200, r.text
+    assert r.json() == {"translatedText": [" Hello world. ", "Hi"]}
+    assert html.json() == {"translatedText": "<p>Hi <b>you</b></p>"}
+    assert alternatives.json() == {"translatedText": "Hi", "alternatives": []}  # no other reading, never a repeat
+    assert fake.translated[1:] == []  # nothing decoded
+
+
+async def test_alternatives_never_repeat_the_translation_or_each_other() -> None:
+    """n-best lists that read alike once joined (here: "#k" only on sentences with letters) and texts passed through
+    give fewer alternatives, as LibreTranslate's do, rather than repeats."""
+    async with serve(FakeTranslator()) as (client, _):
+        r = await client.post("/translate", json={"q": ["1234", "Hi. 42.", ""], **EN_DE, "alternatives": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == ["1234", "HI. 42.", ""]
+    assert r.json()["alternatives"] == [[], ["HI. #1 42.", "HI. #2 42."], []]
 
 
 async def test_language_codes_in_any_case_are_the_servers_own() -> None:
@@ -154,7 +182,7 @@ async def test_blank_items_come_back_as_they_were_without_decoding() -> None:
         r = await client.post("/translate", json={"q": ["", "  \n\t", "a b"], **EN_DE})
         assert r.json() == {"translatedText": ["", "  \n\t", "B A"]}
         r = await client.post("/translate", json={"q": "   ", **EN_DE, "alternatives": 2})
-        assert r.json() == {"translatedText": "   ", "alternatives": ["   ", "   "]}
+        assert r.json() == {"translatedText": "   ", "alternatives": []}
     assert fake.translated[1:] == ["a b"]
 
 
@@ -230,7 +258,7 @@ async def test_languages_in_libretranslate_shape() -> None:
         ({"q": "x", **EN_DE, "alternatives": 6}, 400, "max_alternatives"),
         ({"q": "x", "source": "en", "target": "fr"}, 400, "en->fr is not supported"),
         ({"q": "x", "source": "xx", "target": "de"}, 400, "xx->de is not supported"),
-        ({"q": "x", "source": "en", "target": "en"}, 400, "both 'en'"),
+        ({"q": "x", "source": "xx", "target": "xx"}, 400, "xx->xx is not supported"),  # one language, not served
         ({"q": "x", "source": "auto", "target": "fr"}, 400, "source=auto: the model does not translate into 'fr'"),
         ({"q": [], **EN_DE}, 400, "empty list"),
     ],
@@ -410,6 +438,12 @@ async def test_frontend_settings_state_the_request_limits() -> None:
         "max_beam_size": 3,
     }
     assert (settings["max_alternatives"], settings["max_sentence_tokens"]) == (2, 200)
+    # LibreTranslate's keys, which its page and its clients read
+    assert (settings["charLimit"], settings["keyRequired"], settings["suggestions"]) == (123, False, False)
+    assert settings["language"] == {
+        "source": {"code": "en", "name": "English"},
+        "target": {"code": "de", "name": "German"},
+    }
 
 
 async def test_a_body_over_max_body_bytes_is_413_before_it_is_parsed() -> None:

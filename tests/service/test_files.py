@@ -401,6 +401,18 @@ async def test_language_codes_in_any_case_are_the_servers_own() -> None:
     assert got.text == "WORLD. HELLO"
 
 
+async def test_a_source_that_is_the_target_sends_the_file_back_as_it_was() -> None:
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        same = await upload(client, "notes.txt", b"Hello world.\n", source="en", target="en")
+        unknown = await upload(client, "notes.txt", b"Hello world.\n", source="xx", target="xx")
+        got = await fetch(client, same)
+    assert same.status_code == 200, same.text
+    assert got.content == b"Hello world.\n"
+    assert unknown.status_code == 400 and "xx->xx is not supported" in unknown.json()["error"]
+    assert len(fake.calls) == 1  # the canary only
+
+
 class SlowTranslator(FakeTranslator):
     def translate(self, texts: Any, **kwargs: Any) -> Any:
         time.sleep(0.3)

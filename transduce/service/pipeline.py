@@ -135,6 +135,14 @@ class ItemTranslation:
     alternatives: list[str]
     pivot: str | None = None
 
+    @classmethod
+    def ranked(cls, texts: Sequence[str], pivot: str | None = None) -> ItemTranslation:
+        """The best of ``texts`` (best first) and, as alternatives, the others that read differently from it and
+        from each other, blanks left out, as LibreTranslate answers: n-best lists of different pieces often
+        detokenize alike, and a text passed through has no other reading (so there may be fewer than asked for)."""
+        best, others = texts[0], dict.fromkeys(texts[1:])  # in order, once each
+        return cls(best, [t for t in others if t not in (best, "")], pivot)
+
 
 @dataclass(frozen=True)
 class PipelineGauges:
@@ -280,7 +288,7 @@ class TranslationPipeline:
                 item.rejoin([r.hypotheses[min(k, len(r.hypotheses) - 1)] for r in mine])
                 for k in range(job.num_hypotheses)
             ]
-            out.append(ItemTranslation(ranked[0], ranked[1:]))
+            out.append(ItemTranslation.ranked(ranked))
         first = min((t.started for t in timed), default=started)
         last = max((t.finished for t in timed), default=first)
         timing = RequestTiming(

@@ -160,9 +160,8 @@ class RoutedPipeline:
         self, source: str, job: TranslationJob, started: float
     ) -> tuple[list[ItemTranslation], RequestTiming]:
         if source == job.target:  # detected as already in the target language: sent back as it is
-            n = job.num_hypotheses
             same = [item.rejoin(item.sentences) for item in job.items]
-            return [ItemTranslation(text, [text] * (n - 1)) for text in same], RequestTiming(0.0, 0.0, 0.0)
+            return [ItemTranslation(text, []) for text in same], RequestTiming(0.0, 0.0, 0.0)
         for _ in range(len(self.pool.entries) + 1):  # a model that fails to load is routed around, if it can be
             route = self.pool.route(source, job.target)
             if route is None:
@@ -211,7 +210,7 @@ class RoutedPipeline:
             mine = results[cursor : cursor + len(item.sentences)]
             cursor += len(item.sentences)
             ranked = [item.rejoin([_hypothesis(r, k) for r in mine]) for k in range(job.num_hypotheses)]
-            out.append(ItemTranslation(ranked[0], ranked[1:], pivot=PIVOT))
+            out.append(ItemTranslation.ranked(ranked, PIVOT))
         queue_ms = timing1.queue_ms + max(0.0, timing2.queue_ms - timing1.total_ms)
         return out, RequestTiming(timing2.total_ms, queue_ms, timing1.inference_ms + timing2.inference_ms)
 

@@ -6,7 +6,8 @@ engine's ``UnsupportedLanguageError``; ``transduce.service.errors`` maps them to
 
 ``source: "auto"`` is resolved here too, per item: each text's language is detected among the model's languages
 that translate into the target, and the target itself (a text already in the target language is passed through
-unchanged). Whether a request is accepted never depends on what is detected: every limit applies to every item.
+unchanged, as a text is whose named source is its target). Whether a request is accepted never depends on what is
+detected: every limit applies to every item.
 
 ``format: "html"`` items are parsed here too (``transduce.service.htmldoc``): the limits count the HTML as sent
 (``max_chars``) and the sentences as the model will see them, placeholders included (``max_sentence_tokens``);
@@ -96,9 +97,7 @@ def validate_request(
     n_chars = check_chars(sum(len(t) for t in texts), settings)
     auto = auto_candidates(req.target, translator, detector) if req.source == AUTO else None
     if auto is None:
-        if req.source == req.target:
-            raise ApiError(400, f"source and target are both {req.source!r}: choose two different languages")
-        translator.check_pair(req.source, req.target)
+        check_route(translator, req.source, req.target)
     if req.alternatives > settings.max_alternatives:
         raise ApiError(
             400, f"alternatives {req.alternatives} is over the limit of {settings.max_alternatives} (max_alternatives)"
@@ -161,6 +160,14 @@ def known_case(translator: TranslatorLike, *codes: str) -> list[str]:
         matches = [lang for lang in known if lang.lower() == code.lower()]
         out.append(matches[0] if code not in known and len(matches) == 1 else code)
     return out
+
+
+def check_route(translator: TranslatorLike, source: str, target: str) -> None:
+    """The engine's UnsupportedLanguageError unless the model translates ``source`` into ``target``, or both are one
+    language the model reads or writes: that text is passed through as it is, as LibreTranslate answers it (a client
+    that translates everything into the reader's language sends such requests)."""
+    if source != target or source not in model_languages(translator):
+        translator.check_pair(source, target)
 
 
 def model_languages(translator: TranslatorLike) -> list[str]:

@@ -41,6 +41,7 @@ from transduce.service.state import AppState
 from transduce.service.validation import (
     AUTO,
     auto_candidates,
+    check_route,
     kept_as_written,
     known_case,
     model_languages,
@@ -159,9 +160,7 @@ async def source_language(document: Document, source: str, target: str, state: A
     ties going to the more confident); None when ``source`` was named."""
     translator = get_pipeline(state).translator
     if source != AUTO:
-        if source == target:
-            raise ApiError(400, f"source and target are both {source!r}: choose two different languages")
-        translator.check_pair(source, target)
+        check_route(translator, source, target)
         return None
     detector, candidates = auto_candidates(target, translator, await get_detector(model_languages(translator)))
     text = document.text[: MAX_DETECT_CHARS * DETECT_WINDOWS]
@@ -285,7 +284,7 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     detected = await source_language(document, source, target, state)
     request.state.sizes = {"n_items": len(document.units), "n_chars": chars}
     state.metrics.characters.inc(chars)
-    if detected is not None and detected.language == target:  # already in the target language: sent back as it is
+    if (detected.language if detected is not None else source) == target:  # already in it: sent back as it is
         translated, timing = data, RequestTiming((time.monotonic() - started) * 1000, 0.0, 0.0)
     else:
         language = detected.language if detected is not None else source

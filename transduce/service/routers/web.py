@@ -8,8 +8,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
+from transduce.service.config import Settings
 from transduce.service.deps import StateDep
 from transduce.service.documents import supported_types
+from transduce.service.routers.meta import LANGUAGE_NAMES
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 router = APIRouter(tags=["web"])
@@ -30,11 +32,13 @@ async def favicon() -> FileResponse:
 @router.get("/frontend/settings")
 async def frontend_settings(state: StateDep) -> dict[str, Any]:
     """What the page and `transduce translate --url` need: the request limits (named as the settings are;
-    char_limit is max_chars), the file limits and file types (``supportedFilesFormat``, LibreTranslate's name), and
-    the model name (like LibreTranslate's endpoint)."""
+    char_limit is max_chars), the file limits and file types, and the model name; and the keys LibreTranslate's
+    endpoint has, under its names, for its page and its clients (``charLimit``, ``keyRequired``, ``language`` with
+    the languages a page starts with: English, or the first source, into its first target)."""
     translator = state.pipeline.translator if state.pipeline else None
     settings = state.settings
     return {
+        **_libretranslate_keys(settings, sorted(translator.pairs) if translator else []),
         "char_limit": settings.max_chars,
         "max_items": settings.max_items,
         "max_queue_items": settings.max_queue_items,
@@ -42,11 +46,28 @@ async def frontend_settings(state: StateDep) -> dict[str, Any]:
         "max_beam_size": settings.max_beam_size,
         "max_alternatives": settings.max_alternatives,
         "no_repeat_ngram_size": settings.no_repeat_ngram_size,
-        "filesTranslation": True,
-        "supportedFilesFormat": supported_types(),
         "max_file_bytes": settings.max_file_bytes,
         "max_file_chars": settings.max_file_chars,
         "model": translator.model_name if translator else None,
         "provider": translator.provider if translator else None,
         "api_key_required": bool(settings.keys),
+    }
+
+
+def _libretranslate_keys(settings: Settings, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    sources = [s for s, _ in pairs]
+    source = "en" if "en" in sources else sources[0] if sources else None
+    target = next((t for s, t in pairs if s == source), None)
+    return {
+        "charLimit": settings.max_chars,
+        "frontendTimeout": 500,  # LibreTranslate's default: its page's wait after typing (this page waits for a click)
+        "apiKeys": bool(settings.keys),
+        "keyRequired": bool(settings.keys),
+        "suggestions": False,
+        "filesTranslation": True,
+        "supportedFilesFormat": supported_types(),
+        "language": {
+            "source": {"code": source, "name": LANGUAGE_NAMES.get(source or "", source)},
+            "target": {"code": target, "name": LANGUAGE_NAMES.get(target or "", target)},
+        },
     }
