@@ -83,6 +83,17 @@ async def test_a_word_without_evidence_gets_confidence_zero_and_is_translated_no
     assert sentence[0] == {"language": "en", "confidence": sentence[0]["confidence"]} and sentence[0]["confidence"] > 90
 
 
+async def test_emoji_and_symbols_are_no_evidence_of_a_language() -> None:
+    """py3langid's byte n-grams of emoji are noise: "😀😀 👍" came out German at 20 % confidence."""
+    async with serve(DirectionsTranslator()) as (client, _):
+        emoji = (await client.post("/detect", json={"q": "😀😀 👍 ➡ €"})).json()
+        auto = (await client.post("/translate", json={"q": "😀😀 👍", "source": "auto", "target": "de"})).json()
+        mixed = (await client.post("/detect", json={"q": "😀😀 👍 The cat sees the dog in the garden. 🐕"})).json()
+    assert [d["confidence"] for d in emoji] == [0.0, 0.0]
+    assert auto == {"translatedText": "😀😀 👍", "detectedLanguage": {"language": "en", "confidence": 0.0}}
+    assert mixed[0]["language"] == "en" and mixed[0]["confidence"] > 90
+
+
 @pytest.mark.parametrize(
     ("pairs", "body", "message"),
     [

@@ -9,7 +9,8 @@ function words ("Two") from the model, while German capitalises its nouns, so ne
 first ``MAX_DETECT_CHARS`` characters are read: the answer has long settled by then.
 
 Confidence is LibreTranslate's 0-100 scale, measured from chance: 0 means the model saw no evidence at all (each of
-the k candidates at 1/k), 100 that it is certain. A word the model has no features for ("The", a number) gets
+the k candidates at 1/k), 100 that it is certain. Symbols and emoji are read as spaces (``_without_symbols``), so a
+text of them, numbers and punctuation has no evidence. A word the model has no features for ("The", a number) gets
 confidence 0 rather than a confident guess; the language is still picked among the candidates, ties going to the
 first one in the order the caller gives (``/translate`` lists the target language last, so a text with no evidence
 is translated rather than passed through).
@@ -25,12 +26,16 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from transduce.engine.text import has_letters
+
 MAX_DETECT_CHARS = 1000  # characters of a text that are read
+
 SHORT_CHARS = 32  # texts up to this long are also ranked lower-cased
 
 
@@ -126,8 +131,10 @@ class LanguageDetector:
     def _probabilities(self, text: str, labels: frozenset[str]) -> dict[str, float]:
         if len(labels) == 1:
             return dict.fromkeys(labels, 1.0)
+        text = _without_symbols(text[:MAX_DETECT_CHARS]).strip()
+        if not has_letters(text):  # numbers, punctuation, emoji: no evidence of any language
+            return dict.fromkeys(labels, 1.0 / len(labels))
         identifier = self._identifier(labels)
-        text = text[:MAX_DETECT_CHARS].strip()
         forms = [f" {text} "]
         if len(text) <= SHORT_CHARS and text.lower() != text:
             forms.append(f" {text.lower()} ")
@@ -136,6 +143,13 @@ class LanguageDetector:
             for label, p in identifier.rank(form):
                 total[label] += float(p) / len(forms)
         return total
+
+
+def _without_symbols(text: str) -> str:
+    """``text`` with symbols (emoji, arrows, currency signs) and control, format or private-use characters as spaces:
+    they say nothing of a language, and the model's byte n-grams of them are noise ("😀😀 👍" came out German, at
+    20 % confidence)."""
+    return "".join(" " if unicodedata.category(c)[0] in "SC" else c for c in text)
 
 
 _detectors: OrderedDict[frozenset[str], LanguageDetector] = OrderedDict()  # a process serves one model; tests swap
