@@ -1,11 +1,36 @@
-"""Where transduce keeps what it rebuilds (exports, benchmark work): the user's cache, never the source tree."""
+"""Where transduce keeps what it rebuilds (exports, benchmark work): the user's cache, never the source tree; and
+the checks every command runs before it writes an output, so that writing never destroys an input or a directory
+that holds other files."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 
 def user_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/transduce``, else ``~/.cache/transduce``."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transduce"
+
+
+def check_output(out: str | Path, inputs: Iterable[str | Path | None], *, what: str = "the output") -> None:
+    """ValueError when writing ``out`` would overwrite or delete one of ``inputs`` (None: not given): ``out`` is
+    that input, or a directory holding it (a directory output replaces the whole directory)."""
+    target = Path(out).resolve()
+    for given in inputs:
+        if given is not None and Path(given).resolve().is_relative_to(target):
+            raise ValueError(f"{what} {out} would overwrite the input {given}: write it somewhere else")
+
+
+def check_replaceable_dir(out: str | Path, marker: str, *, what: str) -> None:
+    """ValueError unless directory ``out`` may be replaced as a whole: it does not exist, is empty, or is an earlier
+    ``what`` (it holds ``marker``). A file there, or a directory of other files, is never deleted."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{out} is a file, not a directory: name a new directory for the {what}")
+    if path.is_dir() and not (path / marker).is_file() and any(path.iterdir()):
+        raise ValueError(
+            f"{out} holds files and is not an earlier {what} (it has no {marker}); writing there would delete "
+            "them: name a new or empty directory"
+        )

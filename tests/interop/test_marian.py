@@ -426,6 +426,25 @@ def test_refusals_name_the_problem(tiny_checkpoint: Path, hf_dir: Path, tmp_path
         import_marian(bad, tmp_path / "x.pt")
 
 
+def test_a_damaged_marian_directory_or_an_output_inside_it_is_a_value_error(hf_dir: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in hf_dir.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(ValueError, match="would overwrite the input"):
+        import_marian(bad, bad / "model.safetensors")
+    cfg = json.loads((bad / "config.json").read_text())
+    for damage in ({**cfg, "eos_token_id": []}, {**cfg, "encoder_attention_heads": 0}, [cfg]):
+        (bad / "config.json").write_text(json.dumps(damage))
+        with pytest.raises(ValueError):
+            import_marian(bad, tmp_path / "x.pt")
+    (bad / "config.json").write_text(json.dumps(cfg))
+    (bad / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")  # cut short
+    with pytest.raises(ValueError, match="cannot read the weights"):
+        import_marian(bad, tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists() and not list(tmp_path.glob("*.tmp"))
+
+
 def test_cli_commands(hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from transduce.interop import export_cli, import_cli
 

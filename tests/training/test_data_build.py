@@ -241,3 +241,30 @@ def test_cli_builds_another_pair(sources: Path, tmp_path: Path, capsys: pytest.C
     captured = capsys.readouterr()
     assert "skipped toy: an English-German source" in captured.err and "Traceback" not in captured.err
     assert (out / "train.tsv").read_text(encoding="utf-8").startswith("origin\ten\tfr\nbible\t")
+
+
+def test_a_build_that_finds_no_training_pair_keeps_the_corpus_there(sources: Path, tmp_path: Path) -> None:
+    """Every source skipped (here: tatoeba without --git) wrote an empty corpus marked READY over the old one."""
+    out = tmp_path / "corpus"
+    build.build_corpus("en-de", out, work_dir=sources, progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(ValueError, match=r"no training pairs \(tatoeba: .*\); .* is left as it was"):
+        build.build_corpus("en-de", out, work_dir=sources, sources=["tatoeba"], progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_build_never_replaces_its_shared_data_a_file_or_a_folder_of_other_files(
+    sources: Path, tmp_path: Path
+) -> None:
+    shared_root = Path(shared.require(None))
+    with pytest.raises(ValueError, match="would overwrite the input"):
+        build.build_corpus("en-de", shared_root.parent, work_dir=sources, progress=False)
+    (tmp_path / "afile").write_text("keep")
+    with pytest.raises(ValueError, match="is a file"):
+        build.build_corpus("en-de", tmp_path / "afile", work_dir=sources, progress=False)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(ValueError, match="is not an earlier corpus"):
+        build.build_corpus("en-de", tmp_path / "mine", work_dir=sources, progress=False)
+    assert (tmp_path / "afile").read_text() == (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    assert shared_root.is_dir() and any(shared_root.iterdir())

@@ -34,6 +34,24 @@ def test_eval_groups_references_and_reports_per_origin(
     assert "header must name" in capsys.readouterr().err
 
 
+def test_a_ragged_row_a_bad_limit_and_json_over_the_test_set_are_refused_before_decoding(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tsv = tmp_path / "test.tsv"
+    tsv.write_text("origin\ten\tde\nbible\tThe cat.\tDie Katze.\n\nbible\tThe dog.\n")
+    with pytest.raises(ValueError, match="line 4 has 2 columns, the header 3"):  # not scored on 1 row of 2
+        read_tsv(tsv, "en", "de")
+    tsv.write_text("origin\ten\tde\nbible\tThe cat.\tDie Katze.\n")
+    args = ["eval", "--model", str(tiny_model_dir), "--tsv", str(tsv), "-s", "en", "-t", "de", "--beam-size", "1"]
+    assert main([*args, "--limit", "-1"]) == 1
+    assert "--limit must be at least 1" in capsys.readouterr().err
+    assert main([*args, "--json", str(tsv)]) == 1
+    assert "would overwrite the input" in capsys.readouterr().err and tsv.read_text().startswith("origin")
+    (tmp_path / "adir").mkdir()
+    assert main([*args, "--json", str(tmp_path / "adir")]) == 1
+    assert "name a file in an existing directory" in capsys.readouterr().err
+
+
 def test_headerless_dev_sets_take_their_columns_from_the_file_name(tiny_model_dir: Path, tmp_path: Path) -> None:
     dev = tmp_path / "newstest2013.en-de.tsv"  # the format of shared/data/dev: English<TAB>German, no header
     dev.write_text("A house.\tEin Haus.\nThe dog.\tDer Hund.\n")

@@ -210,6 +210,20 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert all(v.dtype == torch.float16 for v in shipped["state_dict"].values() if v.is_floating_point())
     assert main(["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "r2")]) == 1
     assert "no train.tsv" in capsys.readouterr().err
+    # refused before a step: an --export-fp16 on the run's own checkpoint or on a directory, an --out under a file
+    run = ["train", "--data", str(data), "--max-steps", "9"]
+    before = (tmp_path / "run" / "last.pt").read_bytes()
+    assert main([*run, "--out", str(tmp_path / "run"), "--export-fp16", str(tmp_path / "run" / "last.pt")]) == 1
+    assert "is a checkpoint of the run itself" in capsys.readouterr().err
+    assert main([*run, "--out", str(tmp_path / "run"), "--export-fp16", str(tmp_path)]) == 1
+    assert "is a directory" in capsys.readouterr().err
+    assert (tmp_path / "run" / "last.pt").read_bytes() == before
+    assert main([*run, "--out", str(tmp_path / "ship.pt" / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("transduce train: ") and err.count("\n") == 1
+    assert main([*run, "--out", str(tmp_path / "r3"), "--n-heads", "0"]) in (1, 2)
+    err = capsys.readouterr().err
+    assert "n_heads" in err and err.count("\n") == 1
 
 
 def _free_port() -> int:

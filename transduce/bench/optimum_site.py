@@ -29,7 +29,7 @@ def ensure_site(site: Path) -> Path:
     marker = site / MARKER
     if marker.is_file() and json.loads(marker.read_text()) == list(STACK):
         return site
-    with replacing_dir(site) as tmp:
+    with replacing_dir(site, marker=None) as tmp:
         cmd = [
             sys.executable,
             "-m",
@@ -72,5 +72,5 @@ def export_optimum(hf_dir: Path, out: Path) -> None:
     """Optimum's own ONNX export (encoder, decoder, decoder with past) of a Marian directory; run inside site_pool."""
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
-    with replacing_dir(out) as tmp:
+    with replacing_dir(out, marker=None) as tmp:
         ORTModelForSeq2SeqLM.from_pretrained(hf_dir, export=True, use_cache=True, use_merged=False).save_pretrained(tmp)

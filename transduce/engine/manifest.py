@@ -154,8 +154,12 @@ def is_stale(checkpoint: str | Path, model_dir: str | Path, shortlist: str | Pat
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         return True
-    source = manifest.get("source_checkpoint", {})
-    if shortlist is not None and manifest.get("shortlist_source", {}).get("sha256") != sha256_file(shortlist):
+    if not isinstance(manifest, dict):  # damaged: exported again
+        return True
+    source, table = manifest.get("source_checkpoint"), manifest.get("shortlist_source")
+    if not isinstance(source, dict) or (shortlist is not None and not isinstance(table, dict)):
+        return True
+    if shortlist is not None and isinstance(table, dict) and table.get("sha256") != sha256_file(shortlist):
         return True
     if manifest.get("export_revision") != EXPORT_REVISION:
         return True

@@ -17,6 +17,7 @@ others, and whenever a step's best full-vocabulary token is among its candidates
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +69,14 @@ class ShortlistTable:
             arrays[f"targets.{key}"] = self.targets[key].astype(np.int32)
         if projection is not None:
             arrays["projection"] = np.ascontiguousarray(projection, dtype=np.float32)
-        with open(path, "wb") as f:
-            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # numpy stubs type the allow_pickle keyword
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:  # beside it, then renamed: a failed write leaves an earlier table as it was
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # numpy stubs type the allow_pickle keyword
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def load_table(path: str | Path) -> tuple[ShortlistTable, np.ndarray | None]:
@@ -77,10 +84,10 @@ def load_table(path: str | Path) -> tuple[ShortlistTable, np.ndarray | None]:
     try:
         with np.load(path) as data:
             arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError, KeyError) as exc:
-        raise ValueError(f"{path} is not a shortlist file: {exc}") from exc
-    if "vocab_size" not in arrays:
-        raise ValueError(f"{path} is not a shortlist file: it has no vocab_size")
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path} is not a shortlist file, or is damaged: {exc}") from exc
+    if "vocab_size" not in arrays or arrays["vocab_size"].shape != ():
+        raise ValueError(f"{path} is not a shortlist file: it has no vocab_size (one number)")
     parts: dict[str, dict[int, np.ndarray]] = {"frequent": {}, "offsets": {}, "targets": {}}
     for name, value in arrays.items():
         kind, _, key = name.partition(".")

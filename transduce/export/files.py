@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from transduce.engine.io_names import weights_file
+from transduce.paths import check_output, check_replaceable_dir
 
 
 @contextmanager
-def replacing_dir(target: Path) -> Iterator[Path]:
+def replacing_dir(
+    target: Path, *, marker: str | None, inputs: Iterable[Path | None] = (), what: str = "export"
+) -> Iterator[Path]:
     """Yield an empty directory beside ``target`` to fill; when the block ends without error it replaces ``target``.
 
-    An exception leaves an existing ``target`` as it was and removes the partial work."""
+    An exception leaves an existing ``target`` as it was and removes the partial work. Checked first (ValueError):
+    ``target`` holds none of ``inputs`` and is absent, empty or an earlier ``what`` (it holds ``marker``; None:
+    a directory of the project's own, replaced whatever it holds)."""
+    target = target.resolve()  # "." has a name once resolved
+    check_output(target, inputs, what=f"the {what}")
+    if marker is not None:
+        check_replaceable_dir(target, marker, what=what)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as tmp:
         work = Path(tmp) / target.name

@@ -24,6 +24,9 @@ from transduce.model.transformer import Transformer
 EXPORT_DTYPES = ("float32", "float16")
 
 
+MIN_OPSET, MAX_OPSET = 14, 21  # exported and verified with 14, 17 (the default), 20 and 21 (2026-11-26)
+
+
 @dataclass(frozen=True)
 class ExportConfig:
     """Options of ``transduce export``."""
@@ -41,6 +44,10 @@ class ExportConfig:
                 f"dtype must be one of {', '.join(EXPORT_DTYPES)}, got {self.dtype!r} "
                 "(int8: quantize a float32 export with export.quantize)"
             )
+        if not MIN_OPSET <= self.opset <= MAX_OPSET:
+            raise ValueError(
+                f"opset must be {MIN_OPSET} to {MAX_OPSET} (those this export is verified with), got {self.opset}"
+            )
         if self.tolerance is not None and not self.tolerance > 0:
             raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
 
@@ -55,7 +62,12 @@ class ExportConfig:
 def language_pairs(ckpt: Checkpoint) -> list[list[str]]:
     """Translation directions: the checkpoint's meta "pairs", else every ordered pair of its languages (tagged)."""
     if "pairs" in ckpt.meta:
-        return [list(p) for p in ckpt.meta["pairs"]]
+        pairs = ckpt.meta["pairs"]
+        if not isinstance(pairs, list | tuple) or not all(
+            isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(x, str) and x for x in p) for p in pairs
+        ):
+            raise ValueError(f"the checkpoint's meta 'pairs' must be [source, target] code pairs, got {pairs!r}")
+        return [list(p) for p in pairs]
     langs = ckpt.config.languages
     if not ckpt.config.target_tag:
         if len(langs) != 2:
@@ -144,7 +156,7 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
     model = ckpt.model.float().eval()
     tokenizer = ckpt.tokenizer()
     cfg = ckpt.config
-    with replacing_dir(out_dir) as tmp:
+    with replacing_dir(out_dir, marker=names.MANIFEST_FILE, inputs=(checkpoint, config.shortlist)) as tmp:
         io = export_graphs(model, tmp, config.opset, config.dtype)
         (tmp / names.TOKENIZER_FILE).write_bytes(ckpt.tokenizer_model)
         manifest: dict[str, Any] = {

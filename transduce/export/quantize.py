@@ -28,7 +28,7 @@ def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any
     dtype = json.loads((src / names.MANIFEST_FILE).read_text()).get("dtype", "float32")
     if dtype != "float32":
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
-    with replacing_dir(dst) as work:
+    with replacing_dir(dst, marker=names.MANIFEST_FILE, inputs=(src,)) as work:
         shutil.copytree(src, work, dirs_exist_ok=True)
         manifest = json.loads((work / names.MANIFEST_FILE).read_text())
         cpu_decoder = manifest.pop("cpu_decoder", None)

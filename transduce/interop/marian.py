@@ -38,10 +38,11 @@ from transduce.interop.marian_weights import (
     read_hf_weights,
     write_safetensors,
 )
-from transduce.model.checkpoint import load_checkpoint, save_checkpoint
+from transduce.model.checkpoint import first_line, load_checkpoint, save_checkpoint
 from transduce.model.config import ModelConfig
 from transduce.model.layers import sinusoid_table
 from transduce.model.transformer import Transformer
+from transduce.paths import check_output, check_replaceable_dir
 from transduce.tokenizer import Tokenizer
 
 log = logging.getLogger("transduce.interop")
@@ -244,6 +245,21 @@ def import_marian(
     hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
         raise ValueError(f"{hf_dir} is not a directory")
+    check_output(out_checkpoint, [hf_dir, *hf_dir.iterdir()], what="the checkpoint")  # never one of its files
+    try:
+        return _import_marian(hf_dir, out_checkpoint, source_lang, target_lang, name, ban_pad)
+    except (KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError, RuntimeError) as exc:
+        raise ValueError(f"{hf_dir} is not a Marian model this can read: {first_line(exc)}") from exc
+
+
+def _import_marian(
+    hf_dir: Path,
+    out_checkpoint: str | Path,
+    source_lang: str | None,
+    target_lang: str | None,
+    name: str | None,
+    ban_pad: bool,
+) -> ImportReport:
     hf = _read_json(hf_dir / "config.json")
     tok_cfg = _read_json(hf_dir / "tokenizer_config.json") if (hf_dir / "tokenizer_config.json").is_file() else {}
     if tok_cfg.get("separate_vocabs") or (hf_dir / "target_vocab.json").is_file():
@@ -335,7 +351,11 @@ def _hf_config(cfg: ModelConfig, vocab_size: int, pad: int) -> dict[str, Any]:
 
 
 def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportReport:
-    """Write a checkpoint as an HF MarianMTModel directory (written to a temp dir, then moved into place)."""
+    """Write a checkpoint as an HF MarianMTModel directory (written to a temp dir, then moved into place; an
+    existing directory only when it is an earlier such export and does not hold the checkpoint)."""
+    out = Path(out_hf_dir).resolve()
+    check_output(out, [checkpoint], what="the Marian export")
+    check_replaceable_dir(out, "config.json", what="Marian export")
     ckpt = load_checkpoint(checkpoint)
     cfg, model = ckpt.config, ckpt.model
     _check_exportable(cfg)
@@ -378,7 +398,6 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
         "forced_eos_token_id": None,
         "max_length": cfg.max_positions,
     }
-    out = Path(out_hf_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp_name:
         tmp = Path(tmp_name)

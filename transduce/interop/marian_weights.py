@@ -71,14 +71,17 @@ def read_hf_weights(hf_dir: Path) -> dict[str, Tensor]:
             from safetensors.torch import load_file
         except ImportError as exc:
             raise ValueError("reading .safetensors weights needs the safetensors package") from exc
-        files = (
-            [single]
-            if single.is_file()
-            else sorted({hf_dir / f for f in json.loads(index.read_text())["weight_map"].values()})
-        )
         state: dict[str, Tensor] = {}
-        for f in files:
-            state.update(load_file(str(f)))
+        try:
+            files = (
+                [single]
+                if single.is_file()
+                else sorted({hf_dir / f for f in json.loads(index.read_text())["weight_map"].values()})
+            )
+            for f in files:
+                state.update(load_file(str(f)))
+        except Exception as exc:  # noqa: BLE001 - safetensors and a malformed index raise many types
+            raise ValueError(f"cannot read the weights of {hf_dir} ({type(exc).__name__}: {exc})") from exc
         return _strip(state)
     for name in ("pytorch_model.bin",):
         if (hf_dir / name).is_file():

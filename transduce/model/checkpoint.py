@@ -64,10 +64,17 @@ def save_checkpoint(
         **(extra or {}),
     }
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory: name the checkpoint file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
+    try:
+        torch.save(payload, tmp)
+        tmp.replace(path)
+    except RuntimeError as exc:  # torch's writer reports an unwritable place so
+        raise OSError(f"cannot write {path}: {first_line(exc)}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)  # nothing half-written left beside it
 
 
 def load_raw(path: str | Path) -> dict[str, Any]:
@@ -91,12 +98,29 @@ def load_raw(path: str | Path) -> dict[str, Any]:
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Rebuild the model from its saved config and load the weights (as float32) in eval mode."""
     payload = load_raw(path)
-    config = ModelConfig.from_dict(payload["model_config"])
-    model = Transformer(config)
-    state = {k: (v.float() if v.is_floating_point() else v) for k, v in payload["state_dict"].items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    absent = [key for key in ("model_config", "state_dict", "tokenizer_model") if key not in payload]
+    if absent:
+        raise ValueError(f"checkpoint {path} is incomplete: it has no {', '.join(absent)}")
+    meta = payload.get("meta", {})
+    if not isinstance(payload["model_config"], dict) or not isinstance(payload["state_dict"], dict):
+        raise ValueError(f"checkpoint {path} is damaged: its model_config and state_dict must be mappings")
+    if not isinstance(meta, dict) or not isinstance(payload["tokenizer_model"], bytes):
+        raise ValueError(f"checkpoint {path} is damaged: its meta must be a mapping and its tokenizer_model bytes")
+    try:
+        config = ModelConfig.from_dict(payload["model_config"])
+        model = Transformer(config)
+        state = {k: (v.float() if v.is_floating_point() else v) for k, v in payload["state_dict"].items()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except (KeyError, TypeError, ZeroDivisionError, RuntimeError, AttributeError) as exc:
+        raise ValueError(f"checkpoint {path} has a model_config that does not fit: {first_line(exc)}") from exc
     missing = [k for k in missing if k not in _tied_keys(model)]
     if missing or unexpected:
         raise ValueError(f"checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
     model.eval()
-    return Checkpoint(model, config, payload["tokenizer_model"], payload.get("meta", {}))
+    return Checkpoint(model, config, payload["tokenizer_model"], meta)
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one short line: its type, and its message's first lines (torch's run to dozens)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines()[:2] if line.strip())
+    return f"{type(exc).__name__}: {text[:300]}"

@@ -10,6 +10,20 @@ NORM_POSITIONS = ("post", "pre")
 SINUSOID_LAYOUTS = ("interleaved", "concat")
 
 
+_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str, "bool": bool}
+_KIND_NAMES = {int: "a whole number", (int, float): "a number", str: "a text", bool: "true or false"}
+_POSITIVE = (
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "d_model",
+    "n_heads",
+    "d_ff",
+    "n_encoder_layers",
+    "n_decoder_layers",
+    "max_positions",
+)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Transformer hyper-parameters; defaults are the paper's base model (section 3, table 3)."""
@@ -42,6 +56,15 @@ class ModelConfig:
     target_tag: str = "<2{lang}>"  # source prefix token naming the target language ("" = no tag, one direction)
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # a checkpoint's or a command line's values, checked before any arithmetic
+            value, kind = getattr(self, f.name), _KINDS.get(str(f.type))
+            if kind is not None and not (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+                raise ValueError(f"{f.name} must be {_KIND_NAMES[kind]}, got {value!r}")
+        for name in _POSITIVE:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not isinstance(self.languages, tuple) or not all(isinstance(lang, str) for lang in self.languages):
+            raise ValueError(f"languages must be language codes, got {self.languages!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.activation not in ACTIVATIONS:
@@ -80,5 +103,6 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"unknown ModelConfig keys {unknown}: the checkpoint is from a newer transduce?")
         values = dict(data)
-        values["languages"] = tuple(values.get("languages", ()))
+        languages = values.get("languages", ())
+        values["languages"] = tuple(languages) if isinstance(languages, list | tuple) else languages
         return cls(**values)

@@ -106,14 +106,37 @@ def run(args: argparse.Namespace) -> int:
     from transduce.training.train import Trainer
 
     try:
+        if args.export_fp16:  # checked before training, not found unwritable after it
+            check_fp16_output(Path(args.export_fp16), Path(args.out))
         trainer = Trainer(data, args.out, cfg, progress=sys.stderr.isatty())
-    except ValueError as exc:  # a corpus or checkpoint that does not fit (header, languages, dimensions)
+    except (ValueError, OSError, RuntimeError) as exc:  # a corpus, checkpoint or tokenizer size that does not fit
         print(f"transduce train: {exc}", file=sys.stderr)
         return 1
     summary = trainer.run()
     if args.export_fp16:
         from transduce.training.ship import ship_fp16
 
-        summary["shipped"] = ship_fp16(Path(args.out), Path(args.export_fp16))
+        try:
+            summary["shipped"] = ship_fp16(Path(args.out), Path(args.export_fp16))
+        except (ValueError, OSError) as exc:
+            print(json.dumps(summary))
+            print(f"transduce train: trained, but --export-fp16 failed: {exc}", file=sys.stderr)
+            return 1
     print(json.dumps(summary))
     return 0
+
+
+def check_fp16_output(out: Path, run_dir: Path) -> None:
+    """ValueError when ``--export-fp16`` would land on a file the run reads or writes (last.pt, average.pt, a
+    step checkpoint) or cannot be a file in an existing or creatable directory."""
+    if out.is_dir():
+        raise ValueError(f"--export-fp16 {out} is a directory: name the checkpoint file to write")
+    if out.resolve().parent == run_dir.resolve() and (
+        out.name in ("last.pt", "average.pt") or out.name.startswith("ckpt_step")
+    ):
+        raise ValueError(f"--export-fp16 {out} is a checkpoint of the run itself: name another file")
+    parent = out.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"--export-fp16 {out}: {parent} is a file, not a directory")

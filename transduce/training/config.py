@@ -75,6 +75,8 @@ class TrainConfig:
             )
         if self.precision not in ("auto", "fp32"):
             raise ValueError(f"precision must be auto or fp32, got {self.precision!r}")
+        if self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be at least 1, got {self.vocab_size}")
         if self.warmup_steps < 1 or self.lr_scale <= 0:
             raise ValueError("warmup_steps must be >= 1 and lr_scale > 0")
 

@@ -52,7 +52,11 @@ def read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str,
     si, ti = header.index(source), header.index(target)
     oi = header.index("origin") if "origin" in header else None
     stem = Path(path).name.split(".")[0]  # the origin of every row of a file without an origin column
-    return [(row[oi] if oi is not None else stem, row[si], row[ti]) for row in rows if len(row) > max(si, ti)]
+    first_line = 2 if header is first else 1
+    for n, row in enumerate(rows, first_line):
+        if row and len(row) != len(header):  # a blank line is skipped, a ragged one would shift the scores
+            raise ValueError(f"{path}: line {n} has {len(row)} columns, the header {len(header)}: fix or remove it")
+    return [(row[oi] if oi is not None else stem, row[si], row[ti]) for row in rows if row]
 
 
 def evaluate(
@@ -164,6 +168,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print a markdown table of BLEU/chrF (overall and per origin)."""
     from transduce.engine.errors import ModelLoadError
+    from transduce.paths import check_output
     from transduce.shipped import resolve_model_dir
 
     if (problem := no_repeat_problem(args.no_repeat_ngram_size)) is not None:
@@ -171,6 +176,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     results: list[EvalResult] = []
     try:
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit must be at least 1, got {args.limit}")
+        if args.json:  # checked before the evaluation, not found unwritable after it
+            check_output(args.json, args.tsv, what="--json")
+            if Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir():
+                raise ValueError(f"--json {args.json}: name a file in an existing directory")
         model_dir = resolve_model_dir(args.model)
         for tsv in args.tsv:
             scored = evaluate(
@@ -194,5 +205,9 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(r.row())
     if args.json:
-        Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
+        try:
+            Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
+        except OSError as exc:
+            print(f"transduce eval: the results above could not be written to {args.json}: {exc}", file=sys.stderr)
+            return 1
     return 0

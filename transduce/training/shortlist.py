@@ -48,7 +48,13 @@ def read_pairs(corpus: Path, max_pairs: int, seed: int) -> tuple[tuple[str, str]
         header = f.readline().rstrip("\n").split("\t")
         if len(header) != 3:
             raise ValueError(f"{path} must have three columns (origin, lang, lang), its header is {header}")
-        rows = [cols[1:] for line in f if len(cols := line.rstrip("\n").split("\t")) == 3]
+        rows = []
+        for n, line in enumerate(f, 2):
+            cols = line.rstrip("\r\n").split("\t")
+            if len(cols) == 3:
+                rows.append(cols[1:])
+            elif line.strip():  # a blank line is skipped; a ragged one means a damaged corpus, never read around
+                raise ValueError(f"{path}: line {n} has {len(cols)} columns, the header 3: fix or remove it")
     if not rows:
         raise ValueError(f"{path} has no sentence pairs")
     if len(rows) > max_pairs:
@@ -153,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     """Build and write the table; errors are one line on stderr and exit status 1."""
     from transduce.export.onnx_export import language_pairs
     from transduce.model.checkpoint import load_checkpoint
+    from transduce.paths import check_output
 
     started = time.monotonic()
     try:
@@ -160,12 +167,13 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = Path(args.checkpoint)
         if not checkpoint.is_file():
             raise ValueError(f"checkpoint {checkpoint} does not exist")
+        out = Path(args.out) if args.out else checkpoint.parent / "shortlist.npz"
+        check_output(out, [checkpoint, args.data], what="the table")
         ckpt = load_checkpoint(checkpoint)
         tokenizer = ckpt.tokenizer()
         columns, pairs = read_pairs(Path(args.data), config.max_pairs, config.seed)
         wanted = directions(columns, tokenizer, [(a, b) for a, b in language_pairs(ckpt)])
         table = build_table(pairs, tokenizer, wanted, config)
-        out = Path(args.out) if args.out else checkpoint.parent / "shortlist.npz"
         table.save(out)
     except (ValueError, OSError) as exc:
         print(f"transduce shortlist: {exc}", file=sys.stderr)

@@ -112,6 +112,13 @@ class Trainer:
         resume = load_raw(self.out_dir / "last.pt") if (self.out_dir / "last.pt").is_file() else None
         init = load_raw(cfg.init_from) if cfg.init_from and not resume else None
         # a resumed run keeps its saved config; only the run limits may change
+        if resume is not None and not isinstance(resume.get("train_config"), dict):
+            raise ValueError(
+                f"{self.out_dir / 'last.pt'} is a checkpoint but not a training run's (it has no train_config): "
+                "move it, or train into another --out"
+            )
+        if init is not None and not isinstance(init.get("model_config"), dict):
+            raise ValueError(f"--init-from {cfg.init_from} is incomplete: it has no model_config")
         if resume:
             cfg = dataclasses.replace(
                 TrainConfig.from_dict(resume["train_config"]), max_steps=cfg.max_steps, max_minutes=cfg.max_minutes

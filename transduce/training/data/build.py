@@ -25,6 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from transduce.paths import check_output, check_replaceable_dir
 from transduce.training.data import (
     auf_deutsch,
     bible,
@@ -262,15 +263,17 @@ def build_corpus(
     lang = other_language(pair)
     other = language_name(lang)
     shared_root = shared.require(shared_data)
-    out_dir = Path(out_dir)
+    given, out_dir = out_dir, Path(out_dir).resolve()  # "." has a name once resolved
     work = Path(work_dir) if work_dir is not None else out_dir.parent / f"{out_dir.name}-work"
+    check_output(out_dir, [shared_root, work, *(git or {}).values()], what="the corpus")
+    check_replaceable_dir(out_dir, "data_card.json", what="corpus")
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     repos = open_repos(git or {})
     reserved = collect(shared_root, repos, lang)
     card: dict[str, Any] = {
         "pair": pair,
-        "command": build_command(pair, out_dir, work_dir, sources, git, shared_data),
+        "command": build_command(pair, given, work_dir, sources, git, shared_data),
         "shared_data": str(shared_root),
         "git": {name: repo.describe() for name, repo in repos.items()},
         "sources": {},
@@ -319,6 +322,9 @@ def build_corpus(
         f"{s}.tsv": f"header origin<TAB>en<TAB>{lang}, one pair per line, sorted by (origin, en, {lang})"
         for s in SPLITS
     }
+    if not splits["train"]:
+        why = "; ".join(f"{name}: {reason}" for name, reason in card["skipped"].items()) or "the sources gave none"
+        raise ValueError(f"no training pairs ({why}); {out_dir} is left as it was")
     _write(out_dir, splits, card, progress, lang)
     if progress:
         print(f"data: wrote {out_dir} ({card['splits']}) in {time.time() - started:.0f} s", file=sys.stderr)
