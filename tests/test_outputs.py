@@ -169,3 +169,23 @@ def test_pairs_that_are_not_code_pairs_and_ragged_corpus_rows_are_refused(tmp_pa
     (tmp_path / "train.tsv").write_text("origin\ten\tde\nx\tThe cat.\tDie Katze.\n\nx\tThe dog.\n")
     with pytest.raises(ValueError, match="line 4 has 2 columns, the header 3"):  # it read around them
         read_pairs(tmp_path, 100, 0)
+
+
+def test_a_damaged_bible_split_file_is_a_value_error(tmp_path: Path) -> None:
+    from transduce.training.data import bible
+
+    for content in ('{"a": 1}', "[1]", '{"dev": [[1]], "test": [], "holdout": []}'):
+        (tmp_path / "split.json").write_text(content)
+        with pytest.raises(ValueError, match="is damaged: it must map dev, test and holdout"):
+            bible.load_split(tmp_path / "split.json")
+
+
+def test_a_test_set_or_corpus_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    from transduce.training.evaluate import read_tsv
+    from transduce.training.shortlist import read_pairs
+
+    (tmp_path / "train.tsv").write_bytes(b"origin\ten\tde\nx\tThe cat.\tDie Katze \xfa.\n")
+    with pytest.raises(ValueError, match=r"train.tsv is not UTF-8 text \(invalid start byte at byte \d+\)"):
+        read_tsv(tmp_path / "train.tsv", "en", "de")
+    with pytest.raises(ValueError, match=r"train.tsv is not UTF-8 text"):
+        read_pairs(tmp_path, 10, 0)

@@ -36,6 +36,13 @@ def read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str,
     """(origin, source text, target text) rows of a TSV whose header names the language columns, or of a headerless
     ``NAME.xx-yy.tsv`` file whose two columns are languages xx and yy (the shared dev sets' format); without an
     origin column, the origin is the file name up to its first dot."""
+    try:
+        return _read_tsv(path, source, target)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str, str]]:
     name_langs = Path(path).name.rsplit(".", 2)[-2].split("-") if Path(path).name.count(".") >= 2 else []
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)

@@ -44,6 +44,13 @@ def read_pairs(corpus: Path, max_pairs: int, seed: int) -> tuple[tuple[str, str]
     path = corpus / "train.tsv"
     if not path.is_file():
         raise ValueError(f"{path} is missing: pass a corpus directory from `transduce data build`")
+    try:
+        return _read_pairs(path, max_pairs, seed)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _read_pairs(path: Path, max_pairs: int, seed: int) -> tuple[tuple[str, str], list[tuple[str, str]]]:
     with open(path, encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
         if len(header) != 3:

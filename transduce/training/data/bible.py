@@ -122,7 +122,13 @@ def load_split(path: Path | None = None) -> dict[tuple[int, int], str]:
     if not path.exists():
         raise ValueError(f"Bible split file {path} not found; pass --shared-data DIR or set {shared.ENV}")
     data = json.loads(path.read_text())
-    return {(int(b), int(c)): name for name in ("dev", "test", "holdout") for b, c in data[name]}
+    try:
+        return {(int(b), int(c)): name for name in ("dev", "test", "holdout") for b, c in data[name]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"Bible split file {path} is damaged: it must map dev, test and holdout to [book, chapter] lists "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def clean_verse(text: str) -> str:
