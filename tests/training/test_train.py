@@ -130,6 +130,10 @@ def test_loss_goes_down_and_resume_matches_uninterrupted(tmp_path: Path) -> None
     for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         assert torch.allclose(a, b, atol=1e-6), name
     assert (tmp_path / "b" / "average.pt").is_file() and (tmp_path / "b" / "metrics.jsonl").is_file()
+    again = Trainer(data, tmp_path / "b", dataclasses.replace(TINY, max_steps=40), progress=False)
+    assert again.run()["steps"] == 40  # a run at its limit takes no further step (it took one per call)
+    for (name, a), b in zip(straight.model.state_dict().items(), again.model.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), name
 
 
 def test_warm_start_takes_the_checkpoints_weights_tokenizer_and_dimensions(tmp_path: Path) -> None:

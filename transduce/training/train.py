@@ -296,7 +296,10 @@ class Trainer:
             disable=not self.progress,
         )
         window_tok, window_t0 = 0, time.monotonic()
-        stop = False
+        # a resumed run already at its step or time limit takes no further step (the limits are the run's totals)
+        stop = bool(cfg.max_steps and self.step >= cfg.max_steps) or bool(
+            cfg.max_minutes and self.elapsed >= cfg.max_minutes * 60
+        )
         while not stop:
             batches = self.epoch_batches(self.epoch)
             while self.batch_pos < len(batches):
