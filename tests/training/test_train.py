@@ -214,6 +214,11 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert all(v.dtype == torch.float16 for v in shipped["state_dict"].values() if v.is_floating_point())
     assert main(["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "r2")]) == 1
     assert "no train.tsv" in capsys.readouterr().err
+    (tmp_path / "no-dev").mkdir()
+    (tmp_path / "no-dev" / "train.tsv").write_bytes((data / "train.tsv").read_bytes())
+    (tmp_path / "no-dev" / "dev.tsv").write_text("origin\ten\tde\n")  # its dev loss read 0.0
+    assert main(["train", "--data", str(tmp_path / "no-dev"), "--out", str(tmp_path / "r4"), "--vocab-size", "60"]) == 1
+    assert "dev.tsv has no pairs" in capsys.readouterr().err
     # refused before a step: an --export-fp16 on the run's own checkpoint or on a directory, an --out under a file
     run = ["train", "--data", str(data), "--max-steps", "9"]
     before = (tmp_path / "run" / "last.pt").read_bytes()

@@ -171,6 +171,8 @@ class Trainer:
             read_pairs(self.data_dir / "train.tsv"), self.tokenizer, self.cfg.max_len, self.lang
         )
         dev_rows = read_pairs(self.data_dir / "dev.tsv")
+        if not dev_rows:  # the dev loss would read 0.0, the best there is
+            raise ValueError(f"{self.data_dir / 'dev.tsv'} has no pairs: the run measures its dev loss on them")
         random.Random(0).shuffle(dev_rows)
         self.dev_rows = dev_rows
         self.dev_examples = make_examples(
