@@ -217,7 +217,8 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     (tmp_path / "no-dev").mkdir()
     (tmp_path / "no-dev" / "train.tsv").write_bytes((data / "train.tsv").read_bytes())
     (tmp_path / "no-dev" / "dev.tsv").write_text("origin\ten\tde\n")  # its dev loss read 0.0
-    assert main(["train", "--data", str(tmp_path / "no-dev"), "--out", str(tmp_path / "r4"), "--vocab-size", "60"]) == 1
+    no_dev = ["train", "--data", str(tmp_path / "no-dev"), "--out", str(tmp_path / "r4"), "--vocab-size", "60"]
+    assert main([*no_dev, "--max-steps", "1", "--bleu-sentences", "0"]) == 1
     assert "dev.tsv has no pairs" in capsys.readouterr().err
     # refused before a step: an --export-fp16 on the run's own checkpoint or on a directory, an --out under a file
     run = ["train", "--data", str(data), "--max-steps", "9"]
