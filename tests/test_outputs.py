@@ -13,7 +13,7 @@ import pytest
 from transduce.cli import main
 from transduce.engine.manifest import is_stale
 from transduce.engine.shortlist import ShortlistTable, load_table
-from transduce.export.files import replacing_dir
+from transduce.export.files import ONNX_EXPORT, replacing_dir
 from transduce.paths import check_output, check_replaceable_dir
 
 
@@ -32,8 +32,8 @@ def test_a_directory_of_other_files_is_never_replaced(tmp_path: Path) -> None:
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
     with (
-        pytest.raises(ValueError, match="is not an earlier export .*it has no manifest.json"),
-        replacing_dir(mine, marker="manifest.json"),
+        pytest.raises(ValueError, match="is not an earlier export .its manifest.json is missing or not one"),
+        replacing_dir(mine, marker=ONNX_EXPORT),
     ):
         pytest.fail("never reached")
     assert (mine / "notes.txt").read_text() == "keep"
@@ -42,8 +42,11 @@ def test_a_directory_of_other_files_is_never_replaced(tmp_path: Path) -> None:
         check_replaceable_dir(tmp_path / "afile", "manifest.json", what="export")
     earlier = tmp_path / "earlier"
     earlier.mkdir()
-    (earlier / "manifest.json").write_text("{}")
-    with replacing_dir(earlier, marker="manifest.json") as work:  # an earlier export is replaced as a whole
+    (earlier / "manifest.json").write_text("{}")  # some other program's manifest
+    with pytest.raises(ValueError, match="is not an earlier export"):
+        check_replaceable_dir(earlier, "manifest.json", what="export", stamp=ONNX_EXPORT[1:])
+    (earlier / "manifest.json").write_text('{"format": "transduce-onnx"}')
+    with replacing_dir(earlier, marker=ONNX_EXPORT) as work:  # an earlier export is replaced as a whole
         (work / "manifest.json").write_text('{"new": 1}')
     assert json.loads((earlier / "manifest.json").read_text()) == {"new": 1}
 
@@ -62,6 +65,12 @@ def test_export_and_export_marian_never_delete_their_checkpoint_or_other_files(
     assert main(["export-marian", str(tiny_checkpoint), str(victim)]) == 1  # holds other files
     err = capsys.readouterr().err
     assert "holds files and is not an earlier Marian export" in err and len(_errors(err)) == 1
+    (victim / "config.json").write_text('{"model_type": "marian"}')  # a model downloaded from elsewhere
+    assert main(["export-marian", str(tiny_checkpoint), str(victim)]) == 1
+    assert "is not an earlier Marian export" in capsys.readouterr().err
+    (victim / "config.json").unlink()
+    assert main(["export", str(victim / "model.pt"), str(victim), "--dtype", "int8"]) == 1  # before any export
+    assert "would overwrite the input" in capsys.readouterr().err
     assert sorted(p.name for p in victim.iterdir()) == ["model.pt", "notes.txt"]
     assert main(["export", str(tiny_checkpoint), str(tmp_path / "x"), "--opset", "0"]) == 1
     err = capsys.readouterr().err
@@ -75,6 +84,13 @@ def test_shortlist_output_on_its_checkpoint_is_refused_and_a_failed_write_keeps_
     copy.write_bytes(tiny_checkpoint.read_bytes())
     assert main(["shortlist", "--checkpoint", str(copy), "--data", str(tmp_path), "--out", str(copy)]) == 1
     assert "would overwrite the input" in capsys.readouterr().err and copy.read_bytes() == tiny_checkpoint.read_bytes()
+    (tmp_path / "train.tsv").write_text("origin\ten\tde\n")
+    assert (
+        main(["shortlist", "--checkpoint", str(copy), "--data", str(tmp_path), "--out", str(tmp_path / "train.tsv")])
+        == 1
+    )
+    assert "would overwrite the input" in capsys.readouterr().err
+    (tmp_path / "train.tsv").unlink()
     table = ShortlistTable(8, {5: np.arange(2)}, {5: np.zeros(9, np.int64)}, {5: np.zeros(0, np.int32)})
     out = tmp_path / "table.npz"
     table.save(out)
@@ -189,3 +205,16 @@ def test_a_test_set_or_corpus_that_is_not_utf8_is_named(tmp_path: Path) -> None:
         read_tsv(tmp_path / "train.tsv", "en", "de")
     with pytest.raises(ValueError, match=r"train.tsv is not UTF-8 text"):
         read_pairs(tmp_path, 10, 0)
+
+
+def test_the_projects_own_cache_is_replaced_whatever_it_holds(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """The shipped model's cached export repairs itself (a lost manifest.json); a directory a user named does not."""
+    from transduce.export.onnx_export import ExportConfig, export_model
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "encoder.onnx").write_bytes(b"left from an export whose manifest.json was lost")
+    with pytest.raises(ValueError, match="is not an earlier export"):
+        export_model(tiny_checkpoint, cache, ExportConfig(verify=False))
+    export_model(tiny_checkpoint, cache, ExportConfig(verify=False), own_dir=True)
+    assert json.loads((cache / "manifest.json").read_text())["format"] == "transduce-onnx"

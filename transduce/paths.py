@@ -4,6 +4,7 @@ that holds other files."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,14 +24,27 @@ def check_output(out: str | Path, inputs: Iterable[str | Path | None], *, what: 
             raise ValueError(f"{what} {out} would overwrite the input {given}: write it somewhere else")
 
 
-def check_replaceable_dir(out: str | Path, marker: str, *, what: str) -> None:
+def check_replaceable_dir(out: str | Path, marker: str, *, what: str, stamp: tuple[str, str] | None = None) -> None:
     """ValueError unless directory ``out`` may be replaced as a whole: it does not exist, is empty, or is an earlier
-    ``what`` (it holds ``marker``). A file there, or a directory of other files, is never deleted."""
+    ``what``: it holds ``marker``, a JSON file whose ``stamp`` key has that value when ``stamp`` is given. A file
+    there, or a directory of other files, is never deleted."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{out} is a file, not a directory: name a new directory for the {what}")
-    if path.is_dir() and not (path / marker).is_file() and any(path.iterdir()):
+    if path.is_dir() and not _stamped(path / marker, stamp) and any(path.iterdir()):
         raise ValueError(
-            f"{out} holds files and is not an earlier {what} (it has no {marker}); writing there would delete "
-            "them: name a new or empty directory"
+            f"{out} holds files and is not an earlier {what} (its {marker} is missing or not one); writing there "
+            "would delete them: name a new or empty directory"
         )
+
+
+def _stamped(path: Path, stamp: tuple[str, str] | None) -> bool:
+    if not path.is_file():
+        return False
+    if stamp is None:
+        return True
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get(stamp[0]) == stamp[1]

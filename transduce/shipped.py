@@ -15,6 +15,7 @@ from transduce.paths import user_cache_dir
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "default"
 DEFAULT_CHECKPOINT = WEIGHTS_DIR / "checkpoint.pt"
+EXPORT_DIR_ENV = "TRANSDUCE_DEFAULT_EXPORT_DIR"
 TORCH_INSTALL = "pip install 'transduce[torch]' --extra-index-url https://download.pytorch.org/whl/cpu"
 
 log = logging.getLogger("transduce")
@@ -31,8 +32,8 @@ def default_checkpoint() -> Path:
 
 def default_export_dir() -> Path:
     """Where the shipped model's ONNX export is cached: ``TRANSDUCE_DEFAULT_EXPORT_DIR``, else the user cache."""
-    if os.environ.get("TRANSDUCE_DEFAULT_EXPORT_DIR"):
-        return Path(os.environ["TRANSDUCE_DEFAULT_EXPORT_DIR"])
+    if os.environ.get(EXPORT_DIR_ENV):
+        return Path(os.environ[EXPORT_DIR_ENV])
     return user_cache_dir() / "default-onnx"
 
 
@@ -58,5 +59,6 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
             f"`{TORCH_INSTALL}`, or pass --model DIR (a model directory from `transduce export`)"
         ) from None
     log.info("exporting the shipped model %s to %s (first use or checkpoint changed)", checkpoint, out)
-    export_model(checkpoint, out, ExportConfig(shortlist=shortlist))
+    # the user cache is the project's own directory, replaced whatever it holds; one named by the variable is not
+    export_model(checkpoint, out, ExportConfig(shortlist=shortlist), own_dir=not os.environ.get(EXPORT_DIR_ENV))
     return out

@@ -47,6 +47,8 @@ def test_a_ragged_row_a_bad_limit_and_json_over_the_test_set_are_refused_before_
     assert "--limit must be at least 1" in capsys.readouterr().err
     assert main([*args, "--json", str(tsv)]) == 1
     assert "would overwrite the input" in capsys.readouterr().err and tsv.read_text().startswith("origin")
+    assert main([*args, "--json", str(tiny_model_dir / "manifest.json")]) == 1  # a file of the model
+    assert "would overwrite the input" in capsys.readouterr().err
     (tmp_path / "adir").mkdir()
     assert main([*args, "--json", str(tmp_path / "adir")]) == 1
     assert "name a file in an existing directory" in capsys.readouterr().err

@@ -224,9 +224,11 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     run = ["train", "--data", str(data), "--max-steps", "9"]
     before = (tmp_path / "run" / "last.pt").read_bytes()
     assert main([*run, "--out", str(tmp_path / "run"), "--export-fp16", str(tmp_path / "run" / "last.pt")]) == 1
-    assert "is a checkpoint of the run itself" in capsys.readouterr().err
+    assert "is a file of the run itself" in capsys.readouterr().err
     assert main([*run, "--out", str(tmp_path / "run"), "--export-fp16", str(tmp_path)]) == 1
     assert "is a directory" in capsys.readouterr().err
+    assert main([*run, "--out", str(tmp_path / "fresh"), "--export-fp16", str(tmp_path / "fresh")]) == 1
+    assert "is a directory" in capsys.readouterr().err and not (tmp_path / "fresh").exists()  # before training
     assert (tmp_path / "run" / "last.pt").read_bytes() == before
     assert main([*run, "--out", str(tmp_path / "ship.pt" / "run")]) == 1
     err = capsys.readouterr().err

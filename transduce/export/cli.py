@@ -102,11 +102,14 @@ def _export_int8(checkpoint: str, out_dir: Path, config: ExportConfig) -> dict[s
     """A verified float32 export in a temporary directory, quantised into ``out_dir``."""
     import tempfile
 
+    from transduce.export.files import ONNX_EXPORT, check_target
     from transduce.export.onnx_export import export_model
     from transduce.export.quantize import quantize_model_dir
 
+    inputs = (Path(checkpoint), config.shortlist)
+    out_dir = check_target(out_dir, marker=ONNX_EXPORT, inputs=inputs)  # before the float32 export, not after it
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.fp32.") as tmp:
         fp32 = export_model(checkpoint, Path(tmp) / "model", config)
         extra = {"float32_verification": fp32["verification"]} if "verification" in fp32 else {}
-        return quantize_model_dir(Path(tmp) / "model", out_dir, extra=extra)
+        return quantize_model_dir(Path(tmp) / "model", out_dir, extra=extra, inputs=inputs)

@@ -15,7 +15,7 @@ import torch
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import EXPORT_REVISION, FORMAT, FORMAT_VERSION, sha256_file
-from transduce.export.files import replacing_dir, save_graph, store_weights_apart, with_weights
+from transduce.export.files import ONNX_EXPORT, replacing_dir, save_graph, store_weights_apart, with_weights
 from transduce.export.fused_decoder import fused_decoder_step
 from transduce.export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
 from transduce.model.checkpoint import Checkpoint, load_checkpoint
@@ -147,8 +147,13 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "f
     return {"encoder_inputs": enc_in, "encoder_outputs": enc_out, "decoder_inputs": dec_in, "decoder_outputs": dec_out}
 
 
-def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConfig | None = None) -> dict[str, Any]:
-    """Export a checkpoint to an ONNX model directory (written to a temp dir, verified, then moved into place)."""
+def export_model(
+    checkpoint: str | Path, out_dir: str | Path, config: ExportConfig | None = None, *, own_dir: bool = False
+) -> dict[str, Any]:
+    """Export a checkpoint to an ONNX model directory (written to a temp dir, verified, then moved into place).
+
+    An existing ``out_dir`` is replaced only when it is an earlier export, or with ``own_dir`` (the project's own
+    cache) whatever it holds; never when it holds the checkpoint (``export.files.check_target``)."""
     config = config or ExportConfig()
     checkpoint = Path(checkpoint)
     out_dir = Path(out_dir)
@@ -156,7 +161,10 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, config: ExportConf
     model = ckpt.model.float().eval()
     tokenizer = ckpt.tokenizer()
     cfg = ckpt.config
-    with replacing_dir(out_dir, marker=names.MANIFEST_FILE, inputs=(checkpoint, config.shortlist)) as tmp:
+    table = config.shortlist  # one in out_dir itself is read before the swap and written into the new export
+    rewritten = table is not None and table.resolve() == (out_dir / names.SHORTLIST_FILE).resolve()
+    marker = None if own_dir else ONNX_EXPORT
+    with replacing_dir(out_dir, marker=marker, inputs=(checkpoint, None if rewritten else table)) as tmp:
         io = export_graphs(model, tmp, config.opset, config.dtype)
         (tmp / names.TOKENIZER_FILE).write_bytes(ckpt.tokenizer_model)
         manifest: dict[str, Any] = {

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import sha256_file
-from transduce.export.files import replacing_dir, store_weights_apart, with_weights
+from transduce.export.files import ONNX_EXPORT, replacing_dir, store_weights_apart, with_weights
 
 
-def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def quantize_model_dir(
+    src: str | Path, dst: str | Path, *, extra: dict[str, Any] | None = None, inputs: Iterable[Path | None] = ()
+) -> dict[str, Any]:
     """Copy ``src`` to ``dst`` with encoder/decoder MatMul weights quantised to int8 (activations stay float).
 
     int8 runs on the CPU: the decoder quantised is the export's CPU decoder (fused self-attention) when it has one,
@@ -28,7 +31,7 @@ def quantize_model_dir(src: str | Path, dst: str | Path, *, extra: dict[str, Any
     dtype = json.loads((src / names.MANIFEST_FILE).read_text()).get("dtype", "float32")
     if dtype != "float32":
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
-    with replacing_dir(dst, marker=names.MANIFEST_FILE, inputs=(src,)) as work:
+    with replacing_dir(dst, marker=ONNX_EXPORT, inputs=(src, *inputs)) as work:
         shutil.copytree(src, work, dirs_exist_ok=True)
         manifest = json.loads((work / names.MANIFEST_FILE).read_text())
         cpu_decoder = manifest.pop("cpu_decoder", None)

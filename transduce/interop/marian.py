@@ -45,6 +45,7 @@ from transduce.model.transformer import Transformer
 from transduce.paths import check_output, check_replaceable_dir
 from transduce.tokenizer import Tokenizer
 
+MARIAN_EXPORT = ("transduce_export", "marian")  # a key and value of the config.json export_marian writes
 log = logging.getLogger("transduce.interop")
 
 # MarianConfig defaults (transformers 5.x) for keys a config.json may leave out
@@ -322,6 +323,7 @@ def _check_exportable(cfg: ModelConfig) -> None:
 
 def _hf_config(cfg: ModelConfig, vocab_size: int, pad: int) -> dict[str, Any]:
     return {
+        MARIAN_EXPORT[0]: MARIAN_EXPORT[1],  # what an earlier export carries: only such a directory is replaced
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
         "vocab_size": vocab_size,
@@ -355,7 +357,7 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
     existing directory only when it is an earlier such export and does not hold the checkpoint)."""
     out = Path(out_hf_dir).resolve()
     check_output(out, [checkpoint], what="the Marian export")
-    check_replaceable_dir(out, "config.json", what="Marian export")
+    check_replaceable_dir(out, "config.json", what="Marian export", stamp=MARIAN_EXPORT)
     ckpt = load_checkpoint(checkpoint)
     cfg, model = ckpt.config, ckpt.model
     _check_exportable(cfg)

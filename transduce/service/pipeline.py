@@ -281,9 +281,12 @@ class TranslationPipeline:
             timed += again
         out: list[ItemTranslation] = []
         cursor = 0
-        for item in job.items:
+        for index, item in enumerate(job.items):
             mine = done[cursor : cursor + len(item.sentences)]
             cursor += len(item.sentences)
+            if (same := job.passed(index)) is not None:  # the text as sent, not its markup re-serialised
+                out.append(ItemTranslation(same, []))
+                continue
             ranked = [
                 item.rejoin([r.hypotheses[min(k, len(r.hypotheses) - 1)] for r in mine])
                 for k in range(job.num_hypotheses)

@@ -54,6 +54,7 @@ def _part(job: TranslationJob, indices: list[int]) -> TranslationJob:
         items=tuple(job.items[i] for i in indices),
         tokens=tuple(job.tokens[i] for i in indices),
         detected=None,
+        texts=tuple(job.texts[i] for i in indices) if job.texts else (),
     )
 
 
@@ -159,8 +160,8 @@ class RoutedPipeline:
     async def _part(
         self, source: str, job: TranslationJob, started: float
     ) -> tuple[list[ItemTranslation], RequestTiming]:
-        if source == job.target:  # detected as already in the target language: sent back as it is
-            same = [item.rejoin(item.sentences) for item in job.items]
+        if source == job.target:  # named or detected as the target language: sent back as it is
+            same = [job.passed(i) or "" for i in range(len(job.items))]
             return [ItemTranslation(text, []) for text in same], RequestTiming(0.0, 0.0, 0.0)
         for _ in range(len(self.pool.entries) + 1):  # a model that fails to load is routed around, if it can be
             route = self.pool.route(source, job.target)

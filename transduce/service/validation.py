@@ -59,6 +59,13 @@ class TranslationJob:
     as_list: bool  # q was a list, so the response holds lists
     n_chars: int
     detected: tuple[Detection, ...] | None = None  # one per item under source=auto, else None
+    texts: tuple[str, ...] = ()  # each q entry as sent (lone surrogates replaced): what a passed-through item returns
+
+    def passed(self, index: int) -> str | None:
+        """Item ``index`` as sent when its source is the target (nothing to translate), else None."""
+        if self.sources[index] != self.target:
+            return None
+        return self.texts[index] if self.texts else self.items[index].rejoin(self.items[index].sentences)
 
     @property
     def sentences(self) -> list[tuple[str, str, int]]:
@@ -130,6 +137,7 @@ def validate_request(
         as_list=isinstance(req.q, list),
         n_chars=n_chars,
         detected=detected,
+        texts=tuple(cleaned),
     )
 
 

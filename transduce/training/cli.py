@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from transduce.paths import check_output
 from transduce.training.config import TrainConfig
 
 _HELP = {
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.export_fp16:  # checked before training, not found unwritable after it
-            check_fp16_output(Path(args.export_fp16), Path(args.out))
+            check_fp16_output(Path(args.export_fp16), Path(args.out), Path(cfg.init_from) if cfg.init_from else None)
         trainer = Trainer(data, args.out, cfg, progress=sys.stderr.isatty())
     except (ValueError, OSError, RuntimeError) as exc:  # a corpus, checkpoint or tokenizer size that does not fit
         print(f"transduce train: {exc}", file=sys.stderr)
@@ -126,15 +127,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_fp16_output(out: Path, run_dir: Path) -> None:
-    """ValueError when ``--export-fp16`` would land on a file the run reads or writes (last.pt, average.pt, a
-    step checkpoint) or cannot be a file in an existing or creatable directory."""
-    if out.is_dir():
+RUN_FILES = ("last.pt", "average.pt", "tokenizer.model", "metrics.jsonl")  # and ckpt_step*.pt: what a run writes
+
+
+def check_fp16_output(out: Path, run_dir: Path, init_from: Path | None = None) -> None:
+    """ValueError when ``--export-fp16`` would land on the run's directory or a file the run reads or writes
+    (``RUN_FILES``, a step checkpoint, the checkpoint it starts from) or cannot be a file in an existing or creatable
+    directory."""
+    if out.is_dir() or out.resolve() == run_dir.resolve():
         raise ValueError(f"--export-fp16 {out} is a directory: name the checkpoint file to write")
-    if out.resolve().parent == run_dir.resolve() and (
-        out.name in ("last.pt", "average.pt") or out.name.startswith("ckpt_step")
-    ):
-        raise ValueError(f"--export-fp16 {out} is a checkpoint of the run itself: name another file")
+    if out.resolve().parent == run_dir.resolve() and (out.name in RUN_FILES or out.name.startswith("ckpt_step")):
+        raise ValueError(f"--export-fp16 {out} is a file of the run itself: name another file")
+    if init_from is not None:
+        check_output(out, [init_from], what="--export-fp16")
     parent = out.resolve().parent
     while not parent.exists():
         parent = parent.parent

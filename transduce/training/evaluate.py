@@ -61,9 +61,9 @@ def _read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str
     stem = Path(path).name.split(".")[0]  # the origin of every row of a file without an origin column
     first_line = 2 if header is first else 1
     for n, row in enumerate(rows, first_line):
-        if row and len(row) != len(header):  # a blank line is skipped, a ragged one would shift the scores
+        if any(cell.strip() for cell in row) and len(row) != len(header):  # blank: skipped; ragged: refused
             raise ValueError(f"{path}: line {n} has {len(row)} columns, the header {len(header)}: fix or remove it")
-    return [(row[oi] if oi is not None else stem, row[si], row[ti]) for row in rows if row]
+    return [(row[oi] if oi is not None else stem, row[si], row[ti]) for row in rows if len(row) == len(header)]
 
 
 def evaluate(
@@ -190,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
             if Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir():
                 raise ValueError(f"--json {args.json}: name a file in an existing directory")
         model_dir = resolve_model_dir(args.model)
+        if args.json:
+            check_output(args.json, [*Path(model_dir).iterdir()], what="--json")  # never a file of the model
         for tsv in args.tsv:
             scored = evaluate(
                 model_dir,
@@ -212,9 +214,13 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(r.row())
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
+        out = Path(args.json)
+        tmp = out.with_name(f".{out.name}.tmp")
+        try:  # beside it, then renamed: a failed write leaves an earlier file as it was
+            tmp.write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
+            tmp.replace(out)
         except OSError as exc:
+            tmp.unlink(missing_ok=True)
             print(f"transduce eval: the results above could not be written to {args.json}: {exc}", file=sys.stderr)
             return 1
     return 0

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         if not checkpoint.is_file():
             raise ValueError(f"checkpoint {checkpoint} does not exist")
         out = Path(args.out) if args.out else checkpoint.parent / "shortlist.npz"
-        check_output(out, [checkpoint, args.data], what="the table")
+        check_output(out, [checkpoint, Path(args.data) / "train.tsv"], what="the table")
         ckpt = load_checkpoint(checkpoint)
         tokenizer = ckpt.tokenizer()
         columns, pairs = read_pairs(Path(args.data), config.max_pairs, config.seed)
