@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -53,6 +54,8 @@ async def test_a_text_file_keeps_its_lines_blank_lines_and_indentation(tmp_path:
         ("🙂 ✓.txt", "translation.de.txt"),  # nothing of the stem is left: not a name that looks like "de.txt"
         ("../../etc/passwd.txt", "passwd.de.txt"),  # the sender's folders are never part of the name
         ("名" * 120 + ".txt", "名" * 50 + ".de.txt"),  # cut to 150 UTF-8 bytes, within what file systems allow
+        ("हिन्दी.txt", "हिन्दी.de.txt"),  # vowel signs and viramas are marks, not "_"
+        ("Re\u0301sume\u0301.txt", "Résumé.de.txt"),  # macOS's decomposed name, in NFC
     ],
 )
 async def test_download_names_keep_the_senders_letters(tmp_path: Path, name: str, stored: str) -> None:
@@ -63,6 +66,8 @@ async def test_download_names_keep_the_senders_letters(tmp_path: Path, name: str
         assert r.json()["translatedFileUrl"].endswith("/" + quote(stored)), r.text
         got = await fetch(client, r)
     assert got.status_code == 200 and quote(stored) in got.headers["content-disposition"]
+    ascii_only = got.headers["content-disposition"].split(";")[1].strip()  # for clients without filename*
+    assert ascii_only.startswith('filename="') and ascii_only.isascii() and ascii_only.endswith('.de.txt"')
 
 
 async def test_markdown_keeps_markers_and_code() -> None:
@@ -225,14 +230,16 @@ async def test_translated_files_expire_and_unknown_ones_are_404(tmp_path: Path) 
         time.sleep(0.3)
         gone = await client.get(url)
         assert gone.status_code == 404 and "kept for 0.2 s" in gone.json()["error"]
-        assert app.state.transduce.files.purge() == 1 and not list(tmp_path.iterdir())
+        (tmp_path / "not-ours" / "sub").mkdir(parents=True)  # files_dir may be shared: /tmp
+        os.utime(tmp_path / "not-ours", (time.time() - 3600, time.time() - 3600))
+        assert app.state.transduce.files.purge() == 1 and [p.name for p in tmp_path.iterdir()] == ["not-ours"]
         for path in ("/download_file/" + "0" * 32 + "/a.txt", "/download_file/../../etc/passwd", "/download_file/x/y"):
             assert (await client.get(path)).status_code == 404
 
 
 def test_reading_documents_directly() -> None:
     doc = read_document("x.txt", "\ufeffOne.\r\nTwo.".encode())  # a BOM and Windows line ends
-    assert doc.units == ["One.", "Two."] and doc.rebuild(["Eins.", "Zwei."]) == b"Eins.\r\nZwei."
+    assert doc.units == ["One.", "Two."] and doc.rebuild(["Eins.", "Zwei."]) == b"\xef\xbb\xbfEins.\r\nZwei."
     doc = read_document("x.md", b"# One\r\n\r\nTwo\r\nlines.\r\n\r\n```\r\ncode\r\n```\r\n")
     rebuilt = doc.rebuild(["Eins", "Zwei Zeilen."])  # one paragraph, wrapped again to its width: Windows line ends
     assert (
@@ -508,3 +515,40 @@ async def test_hanging_up_stops_the_file() -> None:
         metrics = app.state.transduce.metrics.requests.labels(status="499")._value.get()
     assert sent[0]["status"] == 499 and metrics == 1
     assert fake.translated[1:] == ["A."]  # the other lines were never queued
+
+
+async def test_a_byte_order_mark_comes_back_and_a_docx_part_is_counted_whatever_its_name() -> None:
+    async with serve() as (client, _):
+        r = await upload(client, "notes.txt", b"\xef\xbb\xbfHello world.\n")
+        got = await fetch(client, r)
+        assert got.content == b"\xef\xbb\xbfWORLD. HELLO\n"
+        body = b"<w:p><w:r><w:t>a</w:t></w:r></w:p>" * 70_000  # 280,000 elements, in a part not named .xml
+        bomb = _docx_with_main_part("word/document.bin", body)
+        started = time.monotonic()
+        refused = await upload(client, "bomb.docx", bomb)
+    assert refused.status_code == 413 and "XML elements" in refused.json()["error"], refused.text
+    assert time.monotonic() - started < 10
+
+
+def _docx_with_main_part(part: str, body: bytes) -> bytes:
+    import io
+    import zipfile
+
+    w = b'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    types = (
+        b'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        b'<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        b'<Override PartName="/' + part.encode() + b'" ContentType="application/vnd.openxmlformats-officedocument.'
+        b'wordprocessingml.document.main+xml"/></Types>'
+    )
+    rels = (
+        b'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        b'<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
+        b'officeDocument" Target="' + part.encode() + b'"/></Relationships>'
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", types)
+        z.writestr("_rels/.rels", rels)
+        z.writestr(part, b"<w:document " + w + b"><w:body>" + body + b"</w:body></w:document>")
+    return out.getvalue()

@@ -15,13 +15,14 @@ Before anything is parsed, a text file of over ``MARKUP_ALLOWANCE`` times the ch
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import copy
 import io
 import re
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -81,11 +82,11 @@ def read_document(name: str, data: bytes, *, max_chars: int = 0, max_bytes: int 
         raise ApiError(400, f"{name} is not UTF-8 text: save it as UTF-8 and send it again") from None
     if max_chars and len(text) > MARKUP_ALLOWANCE * max_chars:
         raise too_many_chars(name, len(text), max_chars)
-    if suffix == ".txt":
-        return _text(text)
-    if suffix == ".md":
-        return _markdown(text)
-    return _html(name, text)
+    document = _text(text) if suffix == ".txt" else _markdown(text) if suffix == ".md" else _html(name, text)
+    if data.startswith(codecs.BOM_UTF8):  # the translation starts with the byte order mark the file had
+        rebuild = document.rebuild
+        return replace(document, rebuild=lambda translations: codecs.BOM_UTF8 + rebuild(translations))
+    return document
 
 
 def _split(counts: Sequence[int], translations: Sequence[str]) -> list[Sequence[str]]:
@@ -252,7 +253,9 @@ def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
                     f"{name} unpacks to {size} bytes, over the limit of {limit} ({DOCX_INFLATION} x max_file_bytes)",
                 )
             elements = 0
-            for info in (info for info in files if info.filename.endswith((".xml", ".rels"))):
+            # every part, whatever its name: python-docx parses what the package's relationships point at, which
+            # may be named word/document.bin (a binary part stops the parser at its first bytes)
+            for info in (info for info in files if not info.is_dir()):
                 with archive.open(info) as part, contextlib.suppress(etree.XMLSyntaxError):  # (python-docx judges)
                     for _ in etree.iterparse(part, events=("end",), resolve_entities=False, no_network=True):
                         elements += 1

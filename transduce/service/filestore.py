@@ -5,19 +5,44 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import unicodedata
 import uuid
 from pathlib import Path
 
-_SAFE = re.compile(r"[^\w.-]+")  # \w: letters and digits of every script (and "_")
+_ID = re.compile(r"[0-9a-f]{32}")  # a stored file's folder: uuid4().hex
 MAX_STEM = 150  # UTF-8 bytes of a stored name before its last two endings (".de.txt"): file systems allow 255 bytes
 MAX_ENDINGS = 40
+
+
+def _kept(c: str) -> bool:
+    """A letter or digit of any script, a combining mark (Devanagari vowel signs, NFD accents), or ``._-``."""
+    return c.isalnum() or c in "._-" or unicodedata.category(c)[0] == "M"
+
+
+def safe_chars(name: str) -> str:
+    """``name`` in NFC (as macOS's decomposed names are not) with each run of other characters as one "_"."""
+    out: list[str] = []
+    for c in unicodedata.normalize("NFC", name):
+        if _kept(c):
+            out.append(c)
+        elif not out or out[-1] != "_":
+            out.append("_")
+    return "".join(out)
+
+
+def ascii_name(name: str) -> str:
+    """``name`` spelled in ASCII ("Résumé.de.txt" -> "Resume.de.txt"), for clients that do not read RFC 6266's
+    ``filename*``; "translation" and its endings when no letter of it has an ASCII spelling."""
+    spelled = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    stem, _, rest = safe_chars(spelled).partition(".")
+    return f"{stem.strip('_') or 'translation'}.{rest}" if rest else stem.strip("_") or "translation"
 
 
 def safe_name(name: str) -> str:
     """``name`` as a file name we can store and serve: letters and digits of any script and ``._-``, anything else
     "_"; its stem cut to ``MAX_STEM`` bytes ("translation" when nothing of it is left), its last two endings (the
     target language, the type) kept."""
-    stem, *endings = _SAFE.sub("_", name).rsplit(".", 2)
+    stem, *endings = safe_chars(name).rsplit(".", 2)
     stem = stem.strip("._").encode()[:MAX_STEM].decode(errors="ignore") or "translation"
     return stem + "".join(f".{ending}" for ending in endings if ending.strip("_"))[-MAX_ENDINGS:]
 
@@ -43,7 +68,7 @@ class FileStore:
 
     def find(self, file_id: str, name: str) -> Path | None:
         """The stored file, or None when it never existed, expired, or the id/name are not ours."""
-        if not re.fullmatch(r"[0-9a-f]{32}", file_id) or _SAFE.sub("_", name) != name:
+        if not _ID.fullmatch(file_id) or safe_chars(name) != name:
             return None
         path = self.root / file_id / name
         if not path.is_file() or time.time() - path.stat().st_mtime > self.ttl_s:
@@ -51,10 +76,11 @@ class FileStore:
         return path
 
     def purge(self) -> int:
-        """Delete every file older than the time to live; returns how many went."""
+        """Delete every stored file older than the time to live; returns how many went. Only the store's own
+        folders (named by ``save``'s ids) are touched: ``files_dir`` may be a directory others use too."""
         now, gone = time.time(), 0
         for folder in self.root.iterdir() if self.root.is_dir() else ():
-            if folder.is_dir() and now - folder.stat().st_mtime > self.ttl_s:
+            if _ID.fullmatch(folder.name) and folder.is_dir() and now - folder.stat().st_mtime > self.ttl_s:
                 shutil.rmtree(folder, ignore_errors=True)
                 gone += 1
         return gone

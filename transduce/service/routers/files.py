@@ -32,6 +32,7 @@ from transduce.service.deps import StateDep, check_api_key, get_pipeline
 from transduce.service.detect import MAX_DETECT_CHARS, get_detector
 from transduce.service.documents import MEDIA_TYPES, Document, read_document, too_many_chars
 from transduce.service.errors import ApiError
+from transduce.service.filestore import ascii_name
 from transduce.service.glossary import mask_text
 from transduce.service.observability import RequestTiming
 from transduce.service.request_body import content_type
@@ -308,4 +309,10 @@ async def download_file(file_id: str, name: str, state: StateDep) -> FileRespons
     if path is None:
         raise ApiError(404, f"no such file: translated files are kept for {state.settings.file_ttl_s:g} s")
     media_type = MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
-    return FileResponse(path, media_type=media_type, filename=name, headers=DOWNLOAD_HEADERS)
+    # RFC 6266: the name in ASCII for every client, and as written for those that read filename* (curl -J,
+    # browsers); Starlette sends only the latter for a name outside ASCII
+    disposition = f'attachment; filename="{ascii_name(name)}"'
+    if quote(name) != name:
+        disposition += f"; filename*=utf-8''{quote(name)}"
+    headers = {**DOWNLOAD_HEADERS, "Content-Disposition": disposition}
+    return FileResponse(path, media_type=media_type, headers=headers)
