@@ -552,3 +552,14 @@ def _docx_with_main_part(part: str, body: bytes) -> bytes:
         z.writestr("_rels/.rels", rels)
         z.writestr(part, b"<w:document " + w + b"><w:body>" + body + b"</w:body></w:document>")
     return out.getvalue()
+
+
+def test_html_files_keep_an_xml_prolog_a_pre_blank_line_and_declare_utf8() -> None:
+    xhtml = b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html>\n<html><body><p>One.</p></body></html>'
+    doc = read_document("x.xhtml.html", xhtml)  # was read as a fragment: doctype, html and body lost
+    assert doc.rebuild(["Eins."]).startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html><html>')
+    doc = read_document("x.html", b"<pre>\n\nkept</pre><p>One.</p>")  # one blank line fewer before
+    assert doc.rebuild(["Eins."]) == b"<pre>\n\nkept</pre><p>Eins.</p>"
+    ascii_1252 = b'<head><meta http-equiv="Content-Type" content="text/html; charset=windows-1252"></head><p>One.</p>'
+    rebuilt = read_document("x.html", ascii_1252).rebuild(["Über."])
+    assert b"charset=utf-8" in rebuilt and "Über".encode() in rebuilt  # written as UTF-8, so declared so

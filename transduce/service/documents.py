@@ -121,7 +121,19 @@ def _html(name: str, text: str) -> Document:
         item = parse_html(text)
     except ApiError as exc:  # too deeply nested: said of the file, not of q
         raise ApiError(exc.status, f"{name} {exc.message.removeprefix('q ')}") from None
-    return Document(list(item.sentences), lambda t: item.rejoin(t).encode(), HTML_TYPES[".html"], item.text)
+    return Document(
+        list(item.sentences), lambda t: _utf8_declared(item.rejoin(t)).encode(), HTML_TYPES[".html"], item.text
+    )
+
+
+# a <meta charset=...> or <meta http-equiv=Content-Type content="text/html; charset=...">: the charset named
+_META_CHARSET = re.compile(r"(<meta\b[^>]*?\bcharset\s*=\s*[\"']?)([\w.:-]+)", re.IGNORECASE)
+
+
+def _utf8_declared(html: str) -> str:
+    """``html`` (written as UTF-8) with a charset its meta tags declare as UTF-8: an ASCII file that declared
+    windows-1252 was read as UTF-8 and came back with German in UTF-8 under that declaration (mojibake)."""
+    return _META_CHARSET.sub(lambda m: m.group(1) + "utf-8", html)
 
 
 # --- Markdown: rows of kept text and translatable texts (markdowndoc) ---------------------------------------------

@@ -55,6 +55,10 @@ KEPT_BLOCK = _names("pre listing xmp plaintext")
 TRANSLATED_ATTRIBUTES = frozenset(("title", "alt", "placeholder", "aria-label"))
 _HANDLE = re.compile(r"[@#]\S+|(?:https?://|www\.)\S+|\S+@\S+\.\w+")  # a mention, hashtag, URL or e-mail address
 _DOCUMENT = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
+_XML_PROLOG = re.compile(r"\s*<\?xml\b[^>]*\?>\s*", re.IGNORECASE)  # an XHTML file's first line: kept as written
+# the HTML parser drops a newline right after these start tags, and Lexbor's serialiser does not write the one the
+# HTML Standard's serialisation adds back ("<pre>\n\nfoo" came back as "<pre>\nfoo", one blank line fewer)
+_NEWLINE_DROPPED = re.compile(r"^(<(?:pre|listing|textarea)\b[^>]*>)(?=\n)", re.IGNORECASE)
 
 
 def _children(node: LexborNode) -> list[LexborNode]:
@@ -213,7 +217,7 @@ class _Builder:
 
     def block(self, node: LexborNode, depth: int) -> None:
         if node.tag in KEPT_BLOCK or _translate_no(node):
-            self.parts.append(node.html or "")
+            self.parts.append(outer_html(node))
             return
         tag = self.tag(node)
         self.parts.append(tag)
@@ -232,12 +236,12 @@ class _Builder:
         if depth > MAX_DEPTH:
             raise ApiError(400, f"q nests HTML elements more than {MAX_DEPTH} deep: send it with less nesting")
         if name in VOID:
-            return Atom(self.tag(node) if not _translate_no(node) else node.html or "", name in SILENT, name == "br")
+            return Atom(self.tag(node) if not _translate_no(node) else outer_html(node), name in SILENT, name == "br")
         if name in KEPT_INLINE or _translate_no(node):
-            return Atom(node.html or "", silent=name in SILENT)
+            return Atom(outer_html(node), silent=name in SILENT)
         text = node.text(deep=True) or ""
         if not text or _HANDLE.fullmatch(text.strip()):
-            return Atom(node.html or "")  # empty (an anchor), or a mention, hashtag or link written out
+            return Atom(outer_html(node))  # empty (an anchor), or a mention, hashtag or link written out
         tag = self.tag(node)
         return Inline(tag, [self.inline(child, depth + 1) for child in _children(node)])
 
@@ -263,6 +267,12 @@ def _top_nodes(parser: LexborHTMLParser) -> list[LexborNode]:
     return nodes
 
 
+def outer_html(node: LexborNode) -> str:
+    """``node`` serialised; a ``<pre>``, ``<listing>`` or ``<textarea>`` whose content starts with a newline with
+    the one the parser drops after its start tag written back (not those nested in it: rare)."""
+    return _NEWLINE_DROPPED.sub(r"\1\n", node.html or "", count=1)
+
+
 def parse_html(text: str) -> HtmlItem:
     """Parse ``text`` (a fragment, or a document when it starts with a doctype or ``<html>``) into an ``HtmlItem``;
     ApiError 400 when it nests deeper than ``MAX_DEPTH``."""
@@ -272,6 +282,10 @@ def parse_html(text: str) -> HtmlItem:
         # same empty comment, read correctly.
         text += "-->"
     builder = _Builder()
+    prolog = _XML_PROLOG.match(text)
+    if prolog is not None and _DOCUMENT.match(text, prolog.end()):
+        builder.parts.append(prolog.group())  # an HTML parser reads it as a comment ("<!--?xml ...?-->")
+        text = text[prolog.end() :]
     if _DOCUMENT.match(text):
         parser = LexborHTMLParser(text)
         root = parser.root
@@ -280,7 +294,7 @@ def parse_html(text: str) -> HtmlItem:
             if node.is_element_node:
                 builder.block(node, 1)
             else:
-                builder.parts.append(node.html or "")
+                builder.parts.append(outer_html(node))
         return builder.item()
     parser = LexborHTMLParser(text, is_fragment=True)
     for node in _top_nodes(parser):
