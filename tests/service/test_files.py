@@ -563,3 +563,11 @@ def test_html_files_keep_an_xml_prolog_a_pre_blank_line_and_declare_utf8() -> No
     ascii_1252 = b'<head><meta http-equiv="Content-Type" content="text/html; charset=windows-1252"></head><p>One.</p>'
     rebuilt = read_document("x.html", ascii_1252).rebuild(["Über."])
     assert b"charset=utf-8" in rebuilt and "Über".encode() in rebuilt  # written as UTF-8, so declared so
+
+
+def test_markdown_keeps_the_line_end_most_of_its_lines_have() -> None:
+    one_crlf = b"# One\n\nTwo.\r\n\nThree.\n"  # every line became CRLF
+    assert read_document("x.md", one_crlf).rebuild(["Eins", "Zwei.", "Drei."]) == b"# Eins\n\nZwei.\n\nDrei.\n"
+    classic_mac = b"# One\r\rTwo.\r"  # read as one line: the heading took the paragraph
+    doc = read_document("x.md", classic_mac)
+    assert doc.units == ["One", "Two."] and doc.rebuild(["Eins", "Zwei."]) == b"# Eins\r\rZwei.\r"

@@ -140,8 +140,8 @@ def _utf8_declared(html: str) -> str:
 
 
 def _markdown(text: str) -> Document:
-    newline = "\r\n" if "\r\n" in text else "\n"
-    rows = Markdown(text.replace("\r\n", "\n")).read()
+    newline = _line_end(text)
+    rows = Markdown(text.replace("\r\n", "\n").replace("\r", "\n")).read()
     blocks = [part for row in rows for part in row if isinstance(part, MarkdownText)]
 
     def rebuild(translations: list[str]) -> bytes:
@@ -151,6 +151,14 @@ def _markdown(text: str) -> Document:
 
     units = [s for b in blocks for s in b.unit.sentences]
     return Document(units, rebuild, TEXT_TYPES[".md"], _plain(units))
+
+
+def _line_end(text: str) -> str:
+    """The line end most of ``text``'s lines have: CRLF, LF, or a lone CR (classic Mac OS, which CommonMark reads as a
+    line end too); the rebuilt file has it on every line (one CRLF among LF lines made them all CRLF)."""
+    crlf = text.count("\r\n")
+    counts = {"\r\n": crlf, "\n": text.count("\n") - crlf, "\r": text.count("\r") - crlf}
+    return max(counts, key=lambda end: counts[end]) if any(counts.values()) else "\n"
 
 
 # --- .docx -----------------------------------------------------------------------------------------------------------
