@@ -92,6 +92,10 @@ async def test_emoji_and_symbols_are_no_evidence_of_a_language() -> None:
     assert [d["confidence"] for d in emoji] == [0.0, 0.0]
     assert auto == {"translatedText": "😀😀 👍", "detectedLanguage": {"language": "en", "confidence": 0.0}}
     assert mixed[0]["language"] == "en" and mixed[0]["confidence"] > 90
+    flag = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"  # England's: tag characters
+    async with serve(DirectionsTranslator()) as (client, _):
+        flagged = (await client.post("/detect", json={"q": "Danke " + flag * 5})).json()  # was Chinese, at 51
+    assert flagged[0]["language"] == "de" and flagged[0]["confidence"] > 50
 
 
 @pytest.mark.parametrize(

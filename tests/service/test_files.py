@@ -528,9 +528,13 @@ async def test_a_byte_order_mark_comes_back_and_a_docx_part_is_counted_whatever_
         refused = await upload(client, "bomb.docx", bomb)
     assert refused.status_code == 413 and "XML elements" in refused.json()["error"], refused.text
     assert time.monotonic() - started < 10
+    picture = _docx_with_main_part("word/document.xml", b"<w:p><w:r><w:t>Hello.</w:t></w:r></w:p>", svg=210_000)
+    async with serve() as (client, _):
+        r = await upload(client, "drawing.docx", picture)  # python-docx never parses a picture
+    assert r.status_code == 200, r.text
 
 
-def _docx_with_main_part(part: str, body: bytes) -> bytes:
+def _docx_with_main_part(part: str, body: bytes, svg: int = 0) -> bytes:
     import io
     import zipfile
 
@@ -539,7 +543,7 @@ def _docx_with_main_part(part: str, body: bytes) -> bytes:
         b'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
         b'<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
         b'<Override PartName="/' + part.encode() + b'" ContentType="application/vnd.openxmlformats-officedocument.'
-        b'wordprocessingml.document.main+xml"/></Types>'
+        b'wordprocessingml.document.main+xml"/><Default Extension="svg" ContentType="image/svg+xml"/></Types>'
     )
     rels = (
         b'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
@@ -551,6 +555,8 @@ def _docx_with_main_part(part: str, body: bytes) -> bytes:
         z.writestr("[Content_Types].xml", types)
         z.writestr("_rels/.rels", rels)
         z.writestr(part, b"<w:document " + w + b"><w:body>" + body + b"</w:body></w:document>")
+        if svg:  # a picture of that many elements
+            z.writestr("word/media/image1.svg", b'<svg xmlns="http://www.w3.org/2000/svg">' + b"<g/>" * svg + b"</svg>")
     return out.getvalue()
 
 
@@ -560,9 +566,20 @@ def test_html_files_keep_an_xml_prolog_a_pre_blank_line_and_declare_utf8() -> No
     assert doc.rebuild(["Eins."]).startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html><html>')
     doc = read_document("x.html", b"<pre>\n\nkept</pre><p>One.</p>")  # one blank line fewer before
     assert doc.rebuild(["Eins."]) == b"<pre>\n\nkept</pre><p>Eins.</p>"
-    ascii_1252 = b'<head><meta http-equiv="Content-Type" content="text/html; charset=windows-1252"></head><p>One.</p>'
-    rebuilt = read_document("x.html", ascii_1252).rebuild(["Über."])
-    assert b"charset=utf-8" in rebuilt and "Über".encode() in rebuilt  # written as UTF-8, so declared so
+    ascii_1252 = (
+        b'<?xml version="1.0" encoding="ISO-8859-1"?>\n<!DOCTYPE html><html><head><meta http-equiv="Content-Type" '
+        b'content="text/html; charset=windows-1252"><meta name="description" content="Set charset=latin1">'
+        b'<meta data-charset="latin1"></head><body><p>One.</p><script>"<meta charset=x>"</script></body></html>'
+    )
+    rebuilt = read_document("x.html", ascii_1252).rebuild(["Über."])  # written as UTF-8, so declared so
+    assert rebuilt.startswith(b'<?xml version="1.0" encoding="utf-8"?>') and b"charset=utf-8" in rebuilt
+    for untouched in (b'content="Set charset=latin1"', b'data-charset="latin1"', b'"<meta charset=x>"'):
+        assert untouched in rebuilt
+    doc = read_document("x.html", b'<pre-x translate="no">\n\nkept</pre-x><p>One.</p>')  # not a <pre>
+    assert doc.rebuild(["Eins."]) == b'<pre-x translate="no">\n\nkept</pre-x><p>Eins.</p>'
+    started = time.monotonic()  # a regex over the page took time quadratic in its "<meta " strings
+    read_document("x.html", b"<p>One.</p><script>" + b"<meta " * 40_000 + b"</script>").rebuild(["Eins."])
+    assert time.monotonic() - started < 2
 
 
 def test_markdown_keeps_the_line_end_most_of_its_lines_have() -> None:

@@ -41,7 +41,8 @@ def test_a_ragged_row_a_bad_limit_and_json_over_the_test_set_are_refused_before_
     tsv.write_text("origin\ten\tde\nbible\tThe cat.\tDie Katze.\n\nbible\tThe dog.\n")
     with pytest.raises(ValueError, match="line 4 has 2 columns, the header 3"):  # not scored on 1 row of 2
         read_tsv(tsv, "en", "de")
-    tsv.write_text("origin\ten\tde\nbible\tThe cat.\tDie Katze.\n")
+    tsv.write_text("origin\ten\tde\nbible\tThe cat.\tDie Katze.\n\t\t\n \t \t \n")
+    assert read_tsv(tsv, "en", "de") == [("bible", "The cat.", "Die Katze.")]  # rows of blanks are no pairs
     args = ["eval", "--model", str(tiny_model_dir), "--tsv", str(tsv), "-s", "en", "-t", "de", "--beam-size", "1"]
     assert main([*args, "--limit", "-1"]) == 1
     assert "--limit must be at least 1" in capsys.readouterr().err

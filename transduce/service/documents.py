@@ -118,22 +118,10 @@ def _text(text: str) -> Document:
 
 def _html(name: str, text: str) -> Document:
     try:
-        item = parse_html(text)
+        item = parse_html(text, utf8=True)  # written as UTF-8, so declared so
     except ApiError as exc:  # too deeply nested: said of the file, not of q
         raise ApiError(exc.status, f"{name} {exc.message.removeprefix('q ')}") from None
-    return Document(
-        list(item.sentences), lambda t: _utf8_declared(item.rejoin(t)).encode(), HTML_TYPES[".html"], item.text
-    )
-
-
-# a <meta charset=...> or <meta http-equiv=Content-Type content="text/html; charset=...">: the charset named
-_META_CHARSET = re.compile(r"(<meta\b[^>]*?\bcharset\s*=\s*[\"']?)([\w.:-]+)", re.IGNORECASE)
-
-
-def _utf8_declared(html: str) -> str:
-    """``html`` (written as UTF-8) with a charset its meta tags declare as UTF-8: an ASCII file that declared
-    windows-1252 was read as UTF-8 and came back with German in UTF-8 under that declaration (mojibake)."""
-    return _META_CHARSET.sub(lambda m: m.group(1) + "utf-8", html)
+    return Document(list(item.sentences), lambda t: item.rejoin(t).encode(), HTML_TYPES[".html"], item.text)
 
 
 # --- Markdown: rows of kept text and translatable texts (markdowndoc) ---------------------------------------------
@@ -272,22 +260,62 @@ def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
                     413,
                     f"{name} unpacks to {size} bytes, over the limit of {limit} ({DOCX_INFLATION} x max_file_bytes)",
                 )
-            elements = 0
-            # every part, whatever its name: python-docx parses what the package's relationships point at, which
-            # may be named word/document.bin (a binary part stops the parser at its first bytes)
-            for info in (info for info in files if not info.is_dir()):
-                with archive.open(info) as part, contextlib.suppress(etree.XMLSyntaxError):  # (python-docx judges)
-                    for _ in etree.iterparse(part, events=("end",), resolve_entities=False, no_network=True):
-                        elements += 1
-                        if elements > MAX_DOCX_ELEMENTS:
-                            raise ApiError(
-                                413,
-                                f"{name} has over {MAX_DOCX_ELEMENTS} XML elements, the limit for a .docx: split it",
-                            )
+            # every part python-docx may parse, whatever its name (it follows the package's relationships, which
+            # may point at word/document.bin; a binary part stops the parser at its first bytes), but not images:
+            # python-docx keeps those as bytes, and an SVG picture is XML of its own
+            counted = [info for info in files if not info.is_dir() and info.filename != CONTENT_TYPES]
+            types = next((info for info in files if info.filename == CONTENT_TYPES), None)
+            budget = _Budget(name)
+            images = _image_parts(archive, types, budget) if types is not None else set()
+            for info in counted:
+                if info.filename not in images:
+                    _count_elements(archive, info, budget)
     except ApiError:
         raise
     except Exception as exc:  # noqa: BLE001 - a broken zip raises several types
         raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
+
+
+CONTENT_TYPES = "[Content_Types].xml"  # an OPC package's part types: by name (Override) or by ending (Default)
+
+
+class _Budget:
+    """The XML elements a .docx may hold (``MAX_DOCX_ELEMENTS``), spent as its parts are read; 413 past it."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.left = name, MAX_DOCX_ELEMENTS
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ApiError(
+                413, f"{self.name} has over {MAX_DOCX_ELEMENTS} XML elements, the limit for a .docx: split it"
+            )
+
+
+def _count_elements(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget) -> list[Any]:
+    """Stream one part's XML, spending an element of ``budget`` for each; returns its elements with attributes that
+    say a part type (Default and Override, for the content types); nothing for what is not XML."""
+    typed: list[Any] = []
+    with archive.open(info) as part, contextlib.suppress(etree.XMLSyntaxError):  # (python-docx judges the XML)
+        for _, element in etree.iterparse(part, events=("end",), resolve_entities=False, no_network=True):
+            budget.spend()
+            if element.get("ContentType") is not None and len(typed) < MAX_DOCX_PARTS:
+                typed.append((element.get("Extension"), element.get("PartName"), element.get("ContentType")))
+    return typed
+
+
+def _image_parts(archive: zipfile.ZipFile, types: zipfile.ZipInfo, budget: _Budget) -> set[str]:
+    """The parts ``[Content_Types].xml`` types as images (image/*), by name or by their ending."""
+    entries = _count_elements(archive, types, budget)
+    by_ending = {ext.lower(): kind for ext, _, kind in entries if ext is not None}
+    by_name = {name.lstrip("/"): kind for _, name, kind in entries if name is not None}
+    names = [info.filename for info in archive.infolist()]
+    return {
+        n
+        for n in names
+        if by_name.get(n, by_ending.get(PurePath(n).suffix.lstrip(".").lower(), "")).startswith("image/")
+    }
 
 
 def _docx_problem(exc: Exception) -> str:

@@ -58,7 +58,9 @@ _DOCUMENT = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html[\s>/])", re.IGNO
 _XML_PROLOG = re.compile(r"\s*<\?xml\b[^>]*\?>\s*", re.IGNORECASE)  # an XHTML file's first line: kept as written
 # the HTML parser drops a newline right after these start tags, and Lexbor's serialiser does not write the one the
 # HTML Standard's serialisation adds back ("<pre>\n\nfoo" came back as "<pre>\nfoo", one blank line fewer)
-_NEWLINE_DROPPED = re.compile(r"^(<(?:pre|listing|textarea)\b[^>]*>)(?=\n)", re.IGNORECASE)
+_NEWLINE_DROPPED = re.compile(r"^(<(?:pre|listing|textarea)(?=[\s/>])[^>]*>)(?=\n)", re.IGNORECASE)
+_ENCODING = re.compile(r"""(\bencoding\s*=\s*["'])([^"']*)(["'])""")  # of an XML declaration
+_CHARSET = re.compile(r"(charset\s*=\s*)([\w.:-]+)()", re.IGNORECASE)  # in a Content-Type meta's content
 
 
 def _children(node: LexborNode) -> list[LexborNode]:
@@ -267,15 +269,37 @@ def _top_nodes(parser: LexborHTMLParser) -> list[LexborNode]:
     return nodes
 
 
+def _declare_utf8(parser: LexborHTMLParser) -> None:
+    """Every ``<meta charset>`` and ``<meta http-equiv=Content-Type content>`` of the page says utf-8 (elements
+    only: text in scripts, comments or other attributes is never touched)."""
+    for meta in parser.css("meta"):
+        attrs = meta.attrs
+        if "charset" in attrs and not _is_utf8(attrs["charset"] or ""):
+            attrs["charset"] = "utf-8"
+        if (attrs.get("http-equiv") or "").strip().lower() == "content-type" and attrs.get("content"):
+            attrs["content"] = _CHARSET.sub(_utf8_named, attrs["content"] or "")
+
+
+def _is_utf8(name: str) -> bool:
+    return name.strip().lower() in ("utf-8", "utf8")
+
+
+def _utf8_named(match: re.Match[str]) -> str:
+    """A charset or encoding declaration naming UTF-8: as written when it did, else ``utf-8``."""
+    name = match.group(2)
+    return match.group(0) if _is_utf8(name) else f"{match.group(1)}utf-8{match.group(3)}"
+
+
 def outer_html(node: LexborNode) -> str:
     """``node`` serialised; a ``<pre>``, ``<listing>`` or ``<textarea>`` whose content starts with a newline with
     the one the parser drops after its start tag written back (not those nested in it: rare)."""
     return _NEWLINE_DROPPED.sub(r"\1\n", node.html or "", count=1)
 
 
-def parse_html(text: str) -> HtmlItem:
+def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
     """Parse ``text`` (a fragment, or a document when it starts with a doctype or ``<html>``) into an ``HtmlItem``;
-    ApiError 400 when it nests deeper than ``MAX_DEPTH``."""
+    ApiError 400 when it nests deeper than ``MAX_DEPTH``. ``utf8``: the result is a file written as UTF-8, so its
+    ``<meta>`` charset and XML declaration say so (an ASCII page declaring windows-1252 came back as mojibake)."""
     if text.endswith("<!"):
         # Lexbor 2.x (selectolax 1.0.2) fills the empty comment that "<!" at the very end opens with the text
         # before it, unescaped: "--&gt;&lt;img onerror=...&gt;<!" would come back as live markup. "<!-->" is the
@@ -284,10 +308,13 @@ def parse_html(text: str) -> HtmlItem:
     builder = _Builder()
     prolog = _XML_PROLOG.match(text)
     if prolog is not None and _DOCUMENT.match(text, prolog.end()):
-        builder.parts.append(prolog.group())  # an HTML parser reads it as a comment ("<!--?xml ...?-->")
+        kept = _ENCODING.sub(_utf8_named, prolog.group()) if utf8 else prolog.group()
+        builder.parts.append(kept)  # an HTML parser reads it as a comment ("<!--?xml ...?-->")
         text = text[prolog.end() :]
     if _DOCUMENT.match(text):
         parser = LexborHTMLParser(text)
+        if utf8:
+            _declare_utf8(parser)
         root = parser.root
         document = root.parent if root is not None else None
         for node in _children(document) if document is not None else []:
@@ -297,6 +324,8 @@ def parse_html(text: str) -> HtmlItem:
                 builder.parts.append(outer_html(node))
         return builder.item()
     parser = LexborHTMLParser(text, is_fragment=True)
+    if utf8:
+        _declare_utf8(parser)
     for node in _top_nodes(parser):
         if node.is_element_node and not _is_inline(node):
             builder.flush()

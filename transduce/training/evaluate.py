@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -63,7 +64,11 @@ def _read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str
     for n, row in enumerate(rows, first_line):
         if any(cell.strip() for cell in row) and len(row) != len(header):  # blank: skipped; ragged: refused
             raise ValueError(f"{path}: line {n} has {len(row)} columns, the header {len(header)}: fix or remove it")
-    return [(row[oi] if oi is not None else stem, row[si], row[ti]) for row in rows if len(row) == len(header)]
+    return [
+        (row[oi] if oi is not None else stem, row[si], row[ti])
+        for row in rows
+        if len(row) == len(header) and any(cell.strip() for cell in row)  # a row of blanks is no test pair
+    ]
 
 
 def evaluate(
@@ -215,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         print(r.row())
     if args.json:
         out = Path(args.json)
-        tmp = out.with_name(f".{out.name}.tmp")
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # this run's own
         try:  # beside it, then renamed: a failed write leaves an earlier file as it was
             tmp.write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
             tmp.replace(out)
