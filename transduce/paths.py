@@ -24,17 +24,19 @@ def check_output(out: str | Path, inputs: Iterable[str | Path | None], *, what: 
             raise ValueError(f"{what} {out} would overwrite the input {given}: write it somewhere else")
 
 
-def check_replaceable_dir(out: str | Path, marker: str, *, what: str, stamp: tuple[str, str] | None = None) -> None:
+def check_replaceable_dir(
+    out: str | Path, marker: str, *, what: str, stamp: tuple[str, str] | None = None, hint: str = ""
+) -> None:
     """ValueError unless directory ``out`` may be replaced as a whole: it does not exist, is empty, or is an earlier
     ``what``: it holds ``marker``, a JSON file whose ``stamp`` key has that value when ``stamp`` is given. A file
-    there, or a directory of other files, is never deleted."""
+    there, or a directory of other files, is never deleted. ``hint`` follows the reason in the message."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{out} is a file, not a directory: name a new directory for the {what}")
     if path.is_dir() and not _stamped(path / marker, stamp) and any(path.iterdir()):
         raise ValueError(
-            f"{out} holds files and is not an earlier {what} (its {marker} is missing or not one); writing there "
-            "would delete them: name a new or empty directory"
+            f"{out} holds files and is not an earlier {what} (its {marker} is missing or not one){hint}; writing "
+            "there would delete them: name a new or empty directory"
         )
 
 

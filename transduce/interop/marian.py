@@ -357,7 +357,9 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
     existing directory only when it is an earlier such export and does not hold the checkpoint)."""
     out = Path(out_hf_dir).resolve()
     check_output(out, [checkpoint], what="the Marian export")
-    check_replaceable_dir(out, "config.json", what="Marian export", stamp=MARIAN_EXPORT)
+    check_replaceable_dir(
+        out, "config.json", what="Marian export", stamp=MARIAN_EXPORT, hint=" (exports before 2026-11-26 have none)"
+    )
     ckpt = load_checkpoint(checkpoint)
     cfg, model = ckpt.config, ckpt.model
     _check_exportable(cfg)
