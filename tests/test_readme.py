@@ -24,6 +24,8 @@ def shell_lines(section: str) -> list[str]:
     body = README.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", body, re.S):
+        for continued in re.finditer(r"\\\n", block):  # inside single quotes the shell keeps both characters
+            assert block[: continued.start()].count("'") % 2 == 0, f"a line continued inside quotes: {block[:200]}"
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line:
