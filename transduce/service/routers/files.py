@@ -52,7 +52,6 @@ from transduce.service.validation import (
 
 router = APIRouter(tags=["files"])
 FORM_ALLOWANCE = 16_384  # bytes of an upload beside the file: multipart boundaries, part headers, the other fields
-TAIL_BYTES = 512  # the end of an upload kept to find its closing boundary (a boundary has at most 70 characters)
 DETECT_WINDOWS = 3  # under source=auto, the first this many MAX_DETECT_CHARS windows of the file's text vote
 # a translated file is served from this origin: never sniffed into something else, never run (an uploaded HTML
 # file keeps its <script> verbatim)
@@ -174,11 +173,11 @@ async def source_language(document: Document, source: str, target: str, state: A
     return DetectedLanguage(language=language, confidence=round(sum(votes[language]) / len(windows), 1))
 
 
-def _bounded(request: Request, settings: Settings, tail: bytearray) -> Receive:
+def _bounded(request: Request, settings: Settings, ending: _Ending) -> Receive:
     """The request's ``receive``, counting the body: 413 once it is over max_file_bytes + FORM_ALLOWANCE (as its
     Content-Length declares it, before anything is read, so an honest client is told before it sends the file rather
     than cut off while sending it; else as it arrives), 408 when it has not all arrived ``request_read_timeout_s``
-    after the first read. ``tail`` keeps the body's last bytes (where its closing boundary is)."""
+    after the first read. ``ending`` watches for the closing boundary."""
     limit, timeout_s = settings.max_file_bytes + FORM_ALLOWANCE, settings.request_read_timeout_s
     length = request.headers.get("content-length", "")
     declared = int(length[:19]) if length.isdigit() else 0  # 19 digits of a longer one are already far too many
@@ -207,8 +206,7 @@ def _bounded(request: Request, settings: Settings, tail: bytearray) -> Receive:
         if message["type"] == "http.request":
             received += len(message.get("body", b""))
             check()
-            tail.extend(message.get("body", b""))
-            del tail[:-TAIL_BYTES]
+            ending.feed(message.get("body", b""))
         return message
 
     return bounded
@@ -219,18 +217,31 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
     media, params = content_type(request)
     if media != "multipart/form-data":
         raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
-    tail = bytearray()
+    ending = _Ending(b"--" + params.get("boundary", "").encode("latin-1") + b"--")
     try:
-        form = await Request(request.scope, _bounded(request, settings, tail)).form(max_files=1, max_fields=8)
+        form = await Request(request.scope, _bounded(request, settings, ending)).form(max_files=1, max_fields=8)
     except (ApiError, ClientDisconnect):
         raise
     except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
         raise ApiError(422, f"the multipart body cannot be read: {_form_problem(exc)}") from None
-    boundary = params.get("boundary", "").encode("latin-1")
-    if boundary and b"--" + boundary + b"--" not in tail:  # the parser keeps what came before, silently
+    if params.get("boundary") and not ending.seen:  # the parser keeps what came before, silently
         await form.close()
         raise ApiError(422, "the multipart body ends before its closing boundary: it was cut short, send it whole")
     return form
+
+
+class _Ending:
+    """Whether a multipart body's closing boundary went by, looked for in the stream as it arrives (whatever follows
+    it: an epilogue of any length is legal), keeping only the bytes a boundary split across reads needs."""
+
+    def __init__(self, closing: bytes) -> None:
+        self.closing, self.seen, self._carry = closing, False, b""
+
+    def feed(self, data: bytes) -> None:
+        if not self.seen and data:
+            window = self._carry + data
+            self.seen = self.closing in window
+            self._carry = window[-(len(self.closing) - 1) :] if len(self.closing) > 1 else b""
 
 
 def _form_problem(exc: Exception) -> str:
