@@ -268,3 +268,73 @@ def test_api_key_field_when_the_server_requires_one(browser: Any, default_transl
         browser.find_element(By.ID, "translate").click()
         wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
         assert not browser.find_element(By.ID, "error").is_displayed()
+
+
+def test_page_details_from_a_browser_probe(browser: Any, default_translator: Translator) -> None:
+    """The counter counts characters as the server does, a 413 for sentences says so, swap keeps edited text and
+    uses the detected language, the tabs take arrow keys, the controls wait for the languages, long names wrap."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with live_server(default_translator, max_chars=300, max_queue_items=3) as url:
+        page = httpx.get(url + "/").text  # disabled as served: enabled once the languages and settings are loaded
+        for button in ("translate", "translate-file", "swap"):
+            assert re.search(rf'<button id="{button}"[^>]*\sdisabled[\s>]', page), button
+        wait = WebDriverWait(browser, 20)
+        browser.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+        box = browser.find_element(By.ID, "input")
+        browser.execute_script(
+            "arguments[0].value = '😀'.repeat(200); arguments[0].dispatchEvent(new Event('input'))", box
+        )
+        assert browser.find_element(By.ID, "counter").text == "200 / 300"  # was 400: UTF-16 units
+        box.clear()
+        box.send_keys("One.\nTwo.\nThree.\nFour.")  # 4 sentences, 22 characters
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+        assert browser.find_element(By.ID, "error").text.startswith("The text has too many sentences or lines")
+
+        # swap: an edited input stays (the old translation is not its translation); the languages change sides
+        box.clear()
+        box.send_keys("Good morning.")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
+        box.send_keys(" And more.")
+        browser.find_element(By.ID, "swap").click()
+        assert box.get_attribute("value") == "Good morning. And more."
+        assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "de"
+
+        # under "Detect language", swap takes the detected language and keeps the translation as the input
+        Select(browser.find_element(By.ID, "source")).select_by_value("auto")
+        Select(browser.find_element(By.ID, "target")).select_by_value("en")
+        box.clear()
+        box.send_keys("Und Gott sprach: Es werde Licht! Und es ward Licht.")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "output").get_attribute("value"))
+        translation = browser.find_element(By.ID, "output").get_attribute("value")
+        browser.find_element(By.ID, "swap").click()
+        assert not browser.find_element(By.ID, "error").is_displayed()
+        assert Select(browser.find_element(By.ID, "source")).first_selected_option.get_attribute("value") == "en"
+        assert Select(browser.find_element(By.ID, "target")).first_selected_option.get_attribute("value") == "de"
+        assert box.get_attribute("value") == translation
+
+        # tabs: one tab stop, arrow keys move
+        text_tab = browser.find_element(By.ID, "tab-text")
+        assert browser.find_element(By.ID, "tab-file").get_attribute("tabindex") == "-1"
+        text_tab.send_keys(Keys.ARROW_RIGHT)
+        assert browser.find_element(By.ID, "tab-file").get_attribute("aria-selected") == "true"
+        assert browser.switch_to.active_element.get_attribute("id") == "tab-file"
+
+        # a long file name (one word once spaces are "_") wraps on a phone instead of scrolling the page
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride", {"width": 375, "height": 667, "deviceScaleFactor": 1, "mobile": True}
+        )
+        try:
+            browser.execute_script(
+                "const a = document.getElementById('file-link'); a.hidden = false;"
+                "a.textContent = 'Download ' + 'Annual_report_of_the_parish_council_'.repeat(3) + '2024.de.docx';"
+            )
+            assert browser.execute_script("return document.documentElement.scrollWidth") <= 375
+        finally:
+            browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -5,20 +5,23 @@ const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "transduce.api_key";
 let languages = [];
 let settings = {
-  char_limit: 5000, model: "", api_key_required: false,
+  char_limit: 5000, max_queue_items: 1024, model: "", api_key_required: false,
   supportedFilesFormat: [".txt", ".md", ".html", ".htm", ".docx"], max_file_bytes: 2000000, max_file_chars: 100000,
 };
-let busy = false;
+let busy = { text: false, file: false };  // one request of each kind at a time; a text and a file may overlap
+let translatedFrom = null;  // the input text the output translates (swap moves the output only while it still does)
+let detectedSource = null;  // the language detected for it under "Detect language"
 
 const isMac = /Mac|iPhone|iPad/.test((navigator.userAgentData && navigator.userAgentData.platform) || navigator.platform);
 
-function showError(message, detail = "") {
+function showError(message, detail = "", keepOutput = false) {
   const el = $("error");
   $("error-text").textContent = message;
   $("error-detail").textContent = detail ? `Details: ${detail}` : "";
   el.hidden = !message;
-  if (message) {  // never leave an old translation up beside an error
+  if (message && !keepOutput) {  // never leave an old translation up beside an error (a hint leaves it)
     $("output").value = "";
+    translatedFrom = detectedSource = null;
     $("detected").textContent = "";
     $("file-link").hidden = true;
   }
@@ -53,11 +56,15 @@ function humanFileError(status, name) {
   if (status === 400 || status === 422) return "The server could not read or translate this file.";
   if (status === 408) return "The file took too long to upload. Check the connection and try again.";
   if (status === 504) return "The file took too long to translate. Try a smaller file.";
-  return humanError(status);
+  return humanError(status, "");
 }
 
 // What an error status means to someone using the page; the API's message is kept as the detail.
-function humanError(status) {
+function humanError(status, detail) {
+  if (status === 413 && /max_queue_items/.test(detail)) {  // sentences, not characters: the counter may be fine
+    return `The text has too many sentences or lines: this server translates up to ${settings.max_queue_items} ` +
+      "in one request. Split it and send the parts.";
+  }
   if (status === 413) return `The text is too long: this server translates up to ${settings.char_limit} characters at a time.`;
   if (status === 401 || status === 403) return "This server needs a valid API key: enter it above.";
   if (status === 503) return "The server is busy or still starting. Please try again in a few seconds.";
@@ -89,7 +96,7 @@ function fillTargets(keep) {
 }
 
 function updateCounter() {
-  const n = $("input").value.length;
+  const n = [...$("input").value].length;  // characters as the server counts them (an emoji is one, not two)
   const el = $("counter");
   el.textContent = `${n} / ${settings.char_limit}`;
   el.classList.toggle("over", n > settings.char_limit);
@@ -97,13 +104,13 @@ function updateCounter() {
 }
 
 async function translate() {
-  if (busy) return;
+  if (busy.text || !ready()) return;
   const q = $("input").value;
   if (!q.trim()) { $("output").value = ""; showError(""); return; }
   const body = { q, source: $("source").value, target: $("target").value, format: "text" };
   const key = $("api-key").value.trim();
   if (key) body.api_key = key;
-  busy = true;
+  busy.text = true;
   $("translate").disabled = true;
   showError("");
   setStatus("Translating…");
@@ -116,12 +123,14 @@ async function translate() {
     });
     const answer = await response.json().catch(() => ({}));
     if (!response.ok) {
-      showError(humanError(response.status), answer.error || "");
+      showError(humanError(response.status, answer.error || ""), answer.error || "");
       setStatus(`Model ${settings.model}`);
       return;
     }
     $("output").value = answer.translatedText;
+    translatedFrom = q;
     const found = answer.detectedLanguage;
+    detectedSource = found ? found.language : null;
     $("detected").textContent = found ? `Detected: ${languageName(found.language)} (${Math.round(found.confidence)} %)` : "";
     const ms = Math.round(performance.now() - started);
     setStatus(`Translated in ${ms} ms · model ${settings.model}`);
@@ -129,15 +138,27 @@ async function translate() {
     showError("Could not reach the server. Check the connection and try again.", err.message);
     setStatus("");
   } finally {
-    busy = false;
+    busy.text = false;
     $("translate").disabled = false;
   }
+}
+
+// Until the languages and settings are loaded the controls would send empty languages and count against a guessed
+// limit: they are disabled in the page and enabled here, once.
+function ready() {
+  return languages.length > 0;
+}
+
+function enableControls() {
+  for (const id of ["translate", "translate-file", "swap"]) $(id).disabled = false;
 }
 
 function showTab(name) {
   const file = name === "file";
   $("tab-text").setAttribute("aria-selected", String(!file));
   $("tab-file").setAttribute("aria-selected", String(file));
+  $("tab-text").tabIndex = file ? -1 : 0;  // one tab stop: the selected tab
+  $("tab-file").tabIndex = file ? 0 : -1;
   $("text-pane").hidden = file;
   $("text-actions").hidden = file;
   $("file-pane").hidden = !file;
@@ -147,7 +168,7 @@ function showTab(name) {
 async function translateFile() {
   const file = $("file").files[0];
   if (!file) { showError("Choose a file to translate first."); return; }
-  if (busy) return;
+  if (busy.file || !ready()) return;
   if (file.size > settings.max_file_bytes + 16384) {  // the server would refuse it after the upload: say so now
     showError(humanFileError(413, file.name), `${file.name} is ${formatBytes(file.size)}`);
     return;
@@ -158,7 +179,7 @@ async function translateFile() {
   form.append("target", $("target").value);
   const key = $("api-key").value.trim();
   if (key) form.append("api_key", key);
-  busy = true;
+  busy.file = true;
   $("translate-file").disabled = true;
   $("file-link").hidden = true;
   showError("");
@@ -182,24 +203,36 @@ async function translateFile() {
     showError("Could not reach the server. Check the connection and try again.", err.message);
     setStatus("");
   } finally {
-    busy = false;
+    busy.file = false;
     $("translate-file").disabled = false;
   }
 }
 
 function swap() {
-  const source = $("source").value;
   const target = $("target").value;
-  if (source === "auto") { showError("Choose the source language to swap it with the target."); return; }
+  // under "Detect language", the language detected for the translation shown, if any
+  const source = $("source").value === "auto" && detectedSource && translatedFrom === $("input").value
+    ? detectedSource : $("source").value;
+  if (source === "auto") {
+    showError("Choose the source language to swap it with the target.", "", true);  // a hint: the translation stays
+    return;
+  }
   const src = languages.find((l) => l.code === target);
   if (!src || !src.targets.includes(source)) {
-    showError(`This server cannot translate ${languageName(target)} into ${languageName(source)}.`);
+    showError(`This server cannot translate ${languageName(target)} into ${languageName(source)}.`, "", true);
     return;
   }
   showError("");
   $("source").value = target;
   fillTargets(source);
-  if ($("output").value) { $("input").value = $("output").value; $("output").value = ""; updateCounter(); }
+  // the translation becomes the text only while it is the translation of what is there: edited text stays
+  if ($("output").value && translatedFrom === $("input").value) {
+    $("input").value = $("output").value;
+    updateCounter();
+  }
+  $("output").value = "";
+  $("detected").textContent = "";
+  translatedFrom = detectedSource = null;
 }
 
 async function copyOutput() {
@@ -253,12 +286,27 @@ async function init() {
   $("file-hint").textContent = `A ${fileTypes()} file of up to ${formatBytes(settings.max_file_bytes)}, ` +
     "translated with the languages chosen above; the translation keeps the file's layout.";
   setStatus(`Model ${settings.model} · ready`);
+  enableControls();
 }
 
-$("source").addEventListener("change", () => fillTargets($("target").value));
+// The tabs as the ARIA tab pattern has them: one tab stop, the arrow keys (and Home, End) move between them.
+function tabKeys(e) {
+  const order = ["text", "file"];
+  const now = $("tab-file").getAttribute("aria-selected") === "true" ? 1 : 0;
+  const next = { ArrowRight: now + 1, ArrowLeft: now - 1, Home: 0, End: order.length - 1 }[e.key];
+  if (next === undefined) return;
+  e.preventDefault();
+  const name = order[(next + order.length) % order.length];
+  showTab(name);
+  $(`tab-${name}`).focus();
+}
+
+$("source").addEventListener("change", () => { fillTargets($("target").value); showError(""); });
 $("swap").addEventListener("click", swap);
 $("tab-text").addEventListener("click", () => showTab("text"));
 $("tab-file").addEventListener("click", () => showTab("file"));
+$("tab-text").addEventListener("keydown", tabKeys);
+$("tab-file").addEventListener("keydown", tabKeys);
 $("translate-file").addEventListener("click", translateFile);
 $("translate").addEventListener("click", translate);
 $("copy").addEventListener("click", copyOutput);
