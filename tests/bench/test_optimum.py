@@ -17,7 +17,7 @@ from tests.tiny import DE, EN  # noqa: E402
 from transduce.bench.contenders import RUNNERS, Job, available, run_job  # noqa: E402
 from transduce.bench.engines import ENGINES  # noqa: E402
 from transduce.bench.optimum_site import MARKER, STACK, ensure_site, export_optimum, site_pool, site_versions  # noqa: E402
-from transduce.interop.marian import export_marian  # noqa: E402
+from transduce.interop.marian_export import export_marian  # noqa: E402
 from transduce.model.checkpoint import load_checkpoint  # noqa: E402
 from transduce.paths import user_cache_dir  # noqa: E402
 

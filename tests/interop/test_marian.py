@@ -23,7 +23,8 @@ pytestmark = [
 import sentencepiece as spm  # noqa: E402
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer  # noqa: E402
 
-from transduce.interop.marian import export_marian, import_marian  # noqa: E402
+from transduce.interop.marian import import_marian  # noqa: E402
+from transduce.interop.marian_export import export_marian  # noqa: E402
 from transduce.model.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from transduce.model.config import ModelConfig  # noqa: E402
 from transduce.model.transformer import Transformer  # noqa: E402

@@ -63,7 +63,7 @@ def prepare(checkpoint: Path, work: Path, engines: tuple[str, ...] = ENGINES) ->
     from transduce.engine.shortlist import sibling_table
     from transduce.export.onnx_export import ExportConfig, export_model
     from transduce.export.quantize import quantize_model_dir
-    from transduce.interop.marian import export_marian
+    from transduce.interop.marian_export import export_marian
 
     paths = {
         "onnx": work / "onnx",

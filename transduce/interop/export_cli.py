@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export and print a one-line JSON summary; errors are one line on stderr and exit status 1."""
-    from transduce.interop.marian import export_marian, report_dict
+    from transduce.interop.marian import report_dict
+    from transduce.interop.marian_export import export_marian
 
     try:
         report = export_marian(args.checkpoint, args.out_dir)

@@ -1,4 +1,5 @@
-"""Hugging Face Marian / OPUS-MT interop: ``import_marian`` (HF dir -> checkpoint), ``export_marian`` (the reverse).
+"""Hugging Face Marian / OPUS-MT interop: ``import_marian`` (HF dir -> checkpoint); ``export_marian`` (the reverse)
+lives in ``interop.marian_export``.
 
 Import is exact: same weights, same special ids, one SentencePiece model whose ids are vocab.json's ids
 (see interop.marian_vocab). Export writes a MarianMTModel directory that transformers and CTranslate2's
@@ -21,8 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,22 +29,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transduce.interop.marian_vocab import EXPORT_PAD, build_marian_spm, export_spm
-from transduce.interop.marian_weights import (
-    interleaved_to_concat,
-    layer_names,
-    permute,
-    read_hf_weights,
-    write_safetensors,
-)
-from transduce.model.checkpoint import first_line, load_checkpoint, save_checkpoint
+from transduce.interop.marian_export import ExportReport
+from transduce.interop.marian_vocab import build_marian_spm
+from transduce.interop.marian_weights import EXCLUDED_BIAS, layer_names, read_hf_weights
+from transduce.model.checkpoint import first_line, save_checkpoint
 from transduce.model.config import ModelConfig
 from transduce.model.layers import sinusoid_table
 from transduce.model.transformer import Transformer
-from transduce.paths import check_output, check_replaceable_dir
-from transduce.tokenizer import Tokenizer
+from transduce.paths import check_output
 
-MARIAN_EXPORT = ("transduce_export", "marian")  # a key and value of the config.json export_marian writes
 log = logging.getLogger("transduce.interop")
 
 # MarianConfig defaults (transformers 5.x) for keys a config.json may leave out
@@ -70,7 +62,6 @@ HF_DEFAULTS: dict[str, Any] = {
     "share_encoder_decoder_embeddings": True,
 }
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu", "gelu_python": "gelu"}
-EXCLUDED_BIAS = -1e4  # logit bias of the appended pad row: exp(-1e4 - lse) is exactly 0 in float32
 POSITION_TOLERANCE = 1e-4
 
 
@@ -87,17 +78,6 @@ class ImportReport:
     missing_from_vocab: int  # source.spm pieces that Marian maps to <unk> (see interop.marian_vocab)
     decoder_start_folded: bool  # a non-standard decoder position 0 (e.g. our own export) folded into the start row
     pad_banned: bool  # <pad> made impossible to generate (logit bias -1e4), like OPUS-MT's bad_words_ids=[[pad]]
-
-
-@dataclass(frozen=True)
-class ExportReport:
-    """What ``export_marian`` wrote."""
-
-    out_dir: str
-    vocab_size: int  # HF vocabulary size: ours + the appended pad row
-    pad_id: int  # HF pad = decoder start = the appended row
-    eos_id: int
-    permuted_from_interleaved: bool
 
 
 def _read_json(path: Path) -> Any:
@@ -310,114 +290,6 @@ def _import_marian(
         str(out_checkpoint), name, pair, cfg.tgt_vocab_size, sp.from_source, sp.target_only,
         len(sp.missing_from_vocab), folded, ban_pad,
     )  # fmt: skip
-
-
-def _check_exportable(cfg: ModelConfig) -> None:
-    if cfg.norm_position != "post":
-        raise ValueError("HF Marian is post-norm only; this checkpoint is pre-norm and has no exact Marian equivalent")
-    if not cfg.share_embeddings:
-        raise ValueError("export-marian needs shared source/target embeddings (share_embeddings=True)")
-    if cfg.layer_norm_eps != 1e-5:
-        raise ValueError(f"HF Marian uses LayerNorm eps 1e-5; this checkpoint uses {cfg.layer_norm_eps}")
-
-
-def _hf_config(cfg: ModelConfig, vocab_size: int, pad: int) -> dict[str, Any]:
-    return {
-        MARIAN_EXPORT[0]: MARIAN_EXPORT[1],  # what an earlier export carries: only such a directory is replaced
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
-        "vocab_size": vocab_size,
-        "decoder_vocab_size": vocab_size,
-        "d_model": cfg.d_model,
-        "encoder_layers": cfg.n_encoder_layers,
-        "decoder_layers": cfg.n_decoder_layers,
-        "encoder_attention_heads": cfg.n_heads,
-        "decoder_attention_heads": cfg.n_heads,
-        "encoder_ffn_dim": cfg.d_ff,
-        "decoder_ffn_dim": cfg.d_ff,
-        "activation_function": cfg.activation,
-        "max_position_embeddings": cfg.max_positions,
-        "scale_embedding": cfg.scale_embedding,
-        "dropout": cfg.dropout,
-        "attention_dropout": cfg.attention_dropout,
-        "activation_dropout": 0.0,
-        "pad_token_id": pad,
-        "eos_token_id": cfg.eos_id,
-        "decoder_start_token_id": pad,
-        "forced_eos_token_id": None,  # transduce stops at max length without forcing eos
-        "share_encoder_decoder_embeddings": True,
-        "tie_word_embeddings": True,
-        "is_encoder_decoder": True,
-        "use_cache": True,
-    }
-
-
-def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportReport:
-    """Write a checkpoint as an HF MarianMTModel directory (written to a temp dir, then moved into place; an
-    existing directory only when it is an earlier such export and does not hold the checkpoint)."""
-    out = Path(out_hf_dir).resolve()
-    check_output(out, [checkpoint], what="the Marian export")
-    check_replaceable_dir(
-        out, "config.json", what="Marian export", stamp=MARIAN_EXPORT, hint=" (exports before 2026-11-26 have none)"
-    )
-    ckpt = load_checkpoint(checkpoint)
-    cfg, model = ckpt.config, ckpt.model
-    _check_exportable(cfg)
-    tok = Tokenizer(ckpt.tokenizer_model)
-    V, d = cfg.tgt_vocab_size, cfg.d_model
-    if tok.vocab_size != V:
-        raise ValueError(f"the checkpoint's tokenizer has {tok.vocab_size} pieces but the model {V} ids")
-    spm_bytes, vocab = export_spm(ckpt.tokenizer_model, cfg.pad_id)
-    pad = V  # the appended row
-    perm = interleaved_to_concat(d) if cfg.sinusoid_layout == "interleaved" else torch.arange(d)
-    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
-    emb = sd["src_embed.weight"][:, perm]
-    bias = sd["logits_bias"] if "logits_bias" in sd else torch.zeros(V)
-    pe = model.get_buffer("pe")[:, perm].float()  # bitwise the concat table when ours is interleaved
-    dec_pe = pe.clone()
-    dec_pe[0] = emb[cfg.decoder_start_id] * model.embed_scale + pe[0]  # the same float ops as Transformer.embed
-    state = {
-        "model.shared.weight": torch.cat([emb, torch.zeros(1, d)]),
-        "final_logits_bias": torch.cat([bias, torch.tensor([EXCLUDED_BIAS])])[None],
-        "model.encoder.embed_positions.weight": pe,
-        "model.decoder.embed_positions.weight": dec_pe,
-    }
-    for ours, hf, role in layer_names(cfg.n_encoder_layers, cfg.n_decoder_layers):
-        state[f"model.{hf}"] = permute(sd[ours], role, perm)
-    pairs = ckpt.meta.get("pairs") or ([list(cfg.languages)] if len(cfg.languages) == 2 else [])
-    tok_cfg: dict[str, Any] = {
-        "tokenizer_class": "MarianTokenizer",
-        "unk_token": tok.sp.IdToPiece(tok.unk_id),
-        "eos_token": tok.sp.IdToPiece(cfg.eos_id),
-        "pad_token": EXPORT_PAD,
-        "model_max_length": cfg.max_positions,
-        "separate_vocabs": False,
-    }
-    if len(pairs) == 1:
-        tok_cfg["source_lang"], tok_cfg["target_lang"] = pairs[0]
-    generation = {
-        "decoder_start_token_id": pad,
-        "eos_token_id": cfg.eos_id,
-        "pad_token_id": pad,
-        "forced_eos_token_id": None,
-        "max_length": cfg.max_positions,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp_name:
-        tmp = Path(tmp_name)
-        write_safetensors(tmp / "model.safetensors", state)
-        (tmp / "config.json").write_text(json.dumps(_hf_config(cfg, V + 1, pad), indent=2) + "\n")
-        (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-        (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
-        (tmp / "vocab.json").write_text(json.dumps(vocab, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        for f in ("source.spm", "target.spm"):
-            (tmp / f).write_bytes(spm_bytes)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.chmod(0o755)
-        tmp.rename(out)
-        tmp.mkdir()  # let TemporaryDirectory clean up a (now empty) path
-    return ExportReport(str(out), V + 1, pad, cfg.eos_id, cfg.sinusoid_layout == "interleaved")
 
 
 def report_dict(report: ImportReport | ExportReport) -> dict[str, Any]:

@@ -29,6 +29,8 @@ DECODER_LAYER = (
     ("sublayer.2.norm", "final_layer_norm", "norm"),
 )
 
+EXCLUDED_BIAS = -1e4  # logit bias of the appended pad row: exp(-1e4 - lse) is exactly 0 in float32
+
 
 def layer_names(n_encoder: int, n_decoder: int) -> list[tuple[str, str, str]]:
     """(our parameter, HF parameter without the "model." prefix, role) for every weight and bias of every layer."""
