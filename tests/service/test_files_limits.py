@@ -66,7 +66,8 @@ async def test_a_file_far_over_max_file_chars_is_refused_before_it_is_parsed() -
     assert r.status_code == 413, r.text
     assert (
         r.json()["error"]
-        == "markup.html has 7000 characters of text, over the limit of 2000 (max_file_chars): split it"
+        == "markup.html has 7000 characters, markup and whitespace included, over 2 times the limit of 2000 "
+        "characters of text (max_file_chars): split it"  # not "characters of text": none of them is
     )
     assert ok.status_code == 200, ok.text
     spaced = docx.Document()

@@ -60,8 +60,15 @@ def supported_types() -> list[str]:
     return list(MEDIA_TYPES)
 
 
-def too_many_chars(name: str, chars: int, limit: int) -> ApiError:
-    """The 413 for a file with more than ``limit`` (max_file_chars) characters of text."""
+def too_many_chars(name: str, chars: int, limit: int, *, raw: bool = False) -> ApiError:
+    """The 413 for a file with more than ``limit`` (max_file_chars) characters of text; ``raw``: counted before
+    parsing, markup and whitespace included, against ``MARKUP_ALLOWANCE`` times the limit."""
+    if raw:
+        return ApiError(
+            413,
+            f"{name} has {chars} characters, markup and whitespace included, over {MARKUP_ALLOWANCE} times the limit "
+            f"of {limit} characters of text (max_file_chars): split it",
+        )
     return ApiError(413, f"{name} has {chars} characters of text, over the limit of {limit} (max_file_chars): split it")
 
 
@@ -81,7 +88,7 @@ def read_document(name: str, data: bytes, *, max_chars: int = 0, max_bytes: int 
     except UnicodeDecodeError:
         raise ApiError(400, f"{name} is not UTF-8 text: save it as UTF-8 and send it again") from None
     if max_chars and len(text) > MARKUP_ALLOWANCE * max_chars:
-        raise too_many_chars(name, len(text), max_chars)
+        raise too_many_chars(name, len(text), max_chars, raw=True)
     document = _text(text) if suffix == ".txt" else _markdown(text) if suffix == ".md" else _html(name, text)
     if data.startswith(codecs.BOM_UTF8):  # the translation starts with the byte order mark the file had
         rebuild = document.rebuild
