@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -25,12 +26,23 @@ def shell_lines(section: str) -> list[str]:
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", body, re.S):
         for continued in re.finditer(r"\\\n", block):  # inside single quotes the shell keeps both characters
-            assert block[: continued.start()].count("'") % 2 == 0, f"a line continued inside quotes: {block[:200]}"
+            assert not _open_quote(block[: continued.start()]), f"a line continued inside quotes: {block[:200]}"
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line:
                 lines.append(line)
     return lines
+
+
+def _open_quote(shell: str) -> bool:
+    """Whether ``shell`` text ends inside a quoted string (as the shell reads it: comments and escapes included)."""
+    lexer = shlex.shlex(shell, posix=True)
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    try:
+        list(lexer)
+    except ValueError:  # "No closing quotation"
+        return True
+    return False
 
 
 def test_every_api_curl_example_works(tiny_translator: Translator, tmp_path: Path) -> None:

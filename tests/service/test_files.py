@@ -200,6 +200,14 @@ async def test_form_errors_api_keys_and_languages() -> None:
         quoted = {"content-type": 'multipart/form-data; boundary="XYZ"'}
         r = await client.post("/translate_file", content=whole + b"--XYZ--\r\n", headers=quoted)
         assert r.status_code == 200, r.text
+        noted = b'--XYZ\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nNotes --XYZ-- here.\r\n'
+        late = b'--XYZ\r\nContent-Disposition: form-data; name="format"\r\n\r\ntex'  # cut inside a later part
+        r = await client.post("/translate_file", content=noted + fields + late, headers=quoted)
+        assert r.status_code == 422 and "cut short" in r.json()["error"], r.text  # the text in the file is no end
+        r = await client.post(
+            "/translate_file", content=whole[:-10], headers={"content-type": "multipart/form-data; boundary="}
+        )
+        assert r.status_code == 422 and "boundary is empty" in r.json()["error"], r.text
         epilogue = b"--XYZ--\r\n" + b"an epilogue, which RFC 2046 allows and parsers ignore. " * 30
         r = await client.post("/translate_file", content=whole + epilogue, headers=quoted)  # was "cut short"
         assert r.status_code == 200, r.text

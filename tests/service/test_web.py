@@ -322,6 +322,10 @@ def test_page_details_from_a_browser_probe(browser: Any, default_translator: Tra
         # tabs: one tab stop, arrow keys move
         text_tab = browser.find_element(By.ID, "tab-text")
         assert browser.find_element(By.ID, "tab-file").get_attribute("tabindex") == "-1"
+        back = "const e = new KeyboardEvent('keydown', {key: 'ArrowLeft', altKey: true, cancelable: true});"
+        assert (
+            browser.execute_script(back + "arguments[0].dispatchEvent(e); return e.defaultPrevented", text_tab) is False
+        )
         text_tab.send_keys(Keys.ARROW_RIGHT)
         assert browser.find_element(By.ID, "tab-file").get_attribute("aria-selected") == "true"
         assert browser.switch_to.active_element.get_attribute("id") == "tab-file"

@@ -217,7 +217,9 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
     media, params = content_type(request)
     if media != "multipart/form-data":
         raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
-    ending = _Ending(b"--" + params.get("boundary", "").encode("latin-1") + b"--")
+    if "boundary" in params and not params["boundary"]:
+        raise ApiError(422, "the multipart boundary is empty: RFC 2046 wants 1 to 70 characters")
+    ending = _Ending(b"\r\n--" + params.get("boundary", "").encode("latin-1") + b"--")
     try:
         form = await Request(request.scope, _bounded(request, settings, ending)).form(max_files=1, max_fields=8)
     except (ApiError, ClientDisconnect):
@@ -232,10 +234,12 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
 
 class _Ending:
     """Whether a multipart body's closing boundary went by, looked for in the stream as it arrives (whatever follows
-    it: an epilogue of any length is legal), keeping only the bytes a boundary split across reads needs."""
+    it: an epilogue of any length is legal), keeping only the bytes a boundary split across reads needs. ``closing``
+    starts with the CRLF that precedes every delimiter, so the boundary's text inside a part never counts (a body
+    starts as if after one)."""
 
     def __init__(self, closing: bytes) -> None:
-        self.closing, self.seen, self._carry = closing, False, b""
+        self.closing, self.seen, self._carry = closing, False, b"\r\n"
 
     def feed(self, data: bytes) -> None:
         if not self.seen and data:

@@ -10,7 +10,9 @@ let settings = {
 };
 let busy = { text: false, file: false };  // one request of each kind at a time; a text and a file may overlap
 let translatedFrom = null;  // the input text the output translates (swap moves the output only while it still does)
+let translatedInto = null;  // the target language it was translated into
 let detectedSource = null;  // the language detected for it under "Detect language"
+let loaded = false;  // languages and settings loaded: the controls work
 
 const isMac = /Mac|iPhone|iPad/.test((navigator.userAgentData && navigator.userAgentData.platform) || navigator.platform);
 
@@ -21,7 +23,7 @@ function showError(message, detail = "", keepOutput = false) {
   el.hidden = !message;
   if (message && !keepOutput) {  // never leave an old translation up beside an error (a hint leaves it)
     $("output").value = "";
-    translatedFrom = detectedSource = null;
+    translatedFrom = translatedInto = detectedSource = null;
     $("detected").textContent = "";
     $("file-link").hidden = true;
   }
@@ -111,7 +113,7 @@ async function translate() {
   const key = $("api-key").value.trim();
   if (key) body.api_key = key;
   busy.text = true;
-  $("translate").disabled = true;
+  $("translate").disabled = $("swap").disabled = true;  // a swap now would put the answer under other languages
   showError("");
   setStatus("Translating…");
   const started = performance.now();
@@ -129,6 +131,7 @@ async function translate() {
     }
     $("output").value = answer.translatedText;
     translatedFrom = q;
+    translatedInto = body.target;
     const found = answer.detectedLanguage;
     detectedSource = found ? found.language : null;
     $("detected").textContent = found ? `Detected: ${languageName(found.language)} (${Math.round(found.confidence)} %)` : "";
@@ -139,14 +142,14 @@ async function translate() {
     setStatus("");
   } finally {
     busy.text = false;
-    $("translate").disabled = false;
+    $("translate").disabled = $("swap").disabled = false;
   }
 }
 
 // Until the languages and settings are loaded the controls would send empty languages and count against a guessed
 // limit: they are disabled in the page and enabled here, once.
 function ready() {
-  return languages.length > 0;
+  return loaded;
 }
 
 function enableControls() {
@@ -211,8 +214,8 @@ async function translateFile() {
 function swap() {
   const target = $("target").value;
   // under "Detect language", the language detected for the translation shown, if any
-  const source = $("source").value === "auto" && detectedSource && translatedFrom === $("input").value
-    ? detectedSource : $("source").value;
+  const current = translatedFrom === $("input").value && translatedInto === target;  // the output is of this text
+  const source = $("source").value === "auto" && detectedSource && current ? detectedSource : $("source").value;
   if (source === "auto") {
     showError("Choose the source language to swap it with the target.", "", true);  // a hint: the translation stays
     return;
@@ -226,13 +229,13 @@ function swap() {
   $("source").value = target;
   fillTargets(source);
   // the translation becomes the text only while it is the translation of what is there: edited text stays
-  if ($("output").value && translatedFrom === $("input").value) {
+  if ($("output").value && current) {
     $("input").value = $("output").value;
     updateCounter();
   }
   $("output").value = "";
   $("detected").textContent = "";
-  translatedFrom = detectedSource = null;
+  translatedFrom = translatedInto = detectedSource = null;
 }
 
 async function copyOutput() {
@@ -286,11 +289,13 @@ async function init() {
   $("file-hint").textContent = `A ${fileTypes()} file of up to ${formatBytes(settings.max_file_bytes)}, ` +
     "translated with the languages chosen above; the translation keeps the file's layout.";
   setStatus(`Model ${settings.model} · ready`);
+  loaded = true;
   enableControls();
 }
 
 // The tabs as the ARIA tab pattern has them: one tab stop, the arrow keys (and Home, End) move between them.
 function tabKeys(e) {
+  if (e.altKey || e.ctrlKey || e.metaKey) return;  // Alt+Left is the browser's Back
   const order = ["text", "file"];
   const now = $("tab-file").getAttribute("aria-selected") === "true" ? 1 : 0;
   const next = { ArrowRight: now + 1, ArrowLeft: now - 1, Home: 0, End: order.length - 1 }[e.key];
