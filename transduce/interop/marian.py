@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transduce.interop.marian_export import ExportReport
+from transduce.interop.marian_export import ExportReport, export_marian
 from transduce.interop.marian_vocab import build_marian_spm
 from transduce.interop.marian_weights import EXCLUDED_BIAS, layer_names, read_hf_weights
 from transduce.model.checkpoint import first_line, save_checkpoint
@@ -295,3 +295,12 @@ def _import_marian(
 def report_dict(report: ImportReport | ExportReport) -> dict[str, Any]:
     """JSON-ready form of a report."""
     return asdict(report)
+
+
+__all__ = [
+    "ExportReport",
+    "ImportReport",
+    "export_marian",
+    "import_marian",
+    "report_dict",
+]  # export_marian: its old home
