@@ -102,14 +102,11 @@ def _export_int8(checkpoint: str, out_dir: Path, config: ExportConfig) -> dict[s
     """A verified float32 export in a temporary directory, quantised into ``out_dir``."""
     import tempfile
 
-    from transduce.engine.io_names import SHORTLIST_FILE
     from transduce.export.files import ONNX_EXPORT, check_target
-    from transduce.export.onnx_export import export_model
+    from transduce.export.onnx_export import export_inputs, export_model
     from transduce.export.quantize import quantize_model_dir
 
-    table = config.shortlist  # one in out_dir itself is read into the float32 export before the swap: not lost
-    rewritten = table is not None and table.resolve() == (out_dir / SHORTLIST_FILE).resolve()
-    inputs = (Path(checkpoint), None if rewritten else table)
+    inputs = export_inputs(checkpoint, config, out_dir)
     out_dir = check_target(out_dir, marker=ONNX_EXPORT, inputs=inputs)  # before the float32 export, not after it
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.fp32.") as tmp:

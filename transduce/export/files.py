@@ -16,26 +16,36 @@ ONNX_EXPORT = ("manifest.json", "format", "transduce-onnx")  # (file, key, value
 
 
 def check_target(
-    target: Path, *, marker: tuple[str, str, str] | None, inputs: Iterable[Path | None] = (), what: str = "export"
+    target: Path,
+    *,
+    marker: tuple[str, str, str] | None,
+    inputs: Iterable[str | Path | None] = (),
+    what: str = "export",
+    hint: str = "",
 ) -> Path:
     """``target`` resolved, after refusing (ValueError) one that holds an input or is a file or a directory of other
     files: it must be absent, empty, or an earlier ``what``, whose ``marker`` file is JSON with that key and value
-    (None: a directory of the project's own, replaced whatever it holds)."""
+    (None: a directory of the project's own, replaced whatever it holds); ``hint`` follows the refusal's reason."""
     target = target.resolve()  # "." has a name once resolved
     check_output(target, inputs, what=f"the {what}")
     if marker is not None:
-        check_replaceable_dir(target, marker[0], what=what, stamp=marker[1:])
+        check_replaceable_dir(target, marker[0], what=what, stamp=marker[1:], hint=hint)
     return target
 
 
 @contextmanager
 def replacing_dir(
-    target: Path, *, marker: tuple[str, str, str] | None, inputs: Iterable[Path | None] = (), what: str = "export"
+    target: Path,
+    *,
+    marker: tuple[str, str, str] | None,
+    inputs: Iterable[str | Path | None] = (),
+    what: str = "export",
+    hint: str = "",
 ) -> Iterator[Path]:
     """Yield an empty directory beside ``target`` to fill; when the block ends without error it replaces ``target``.
 
     An exception leaves an existing ``target`` as it was and removes the partial work. ``check_target`` first."""
-    target = check_target(target, marker=marker, inputs=inputs, what=what)
+    target = check_target(target, marker=marker, inputs=inputs, what=what, hint=hint)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as tmp:
         work = Path(tmp) / target.name

@@ -147,6 +147,14 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int, dtype: str = "f
     return {"encoder_inputs": enc_in, "encoder_outputs": enc_out, "decoder_inputs": dec_in, "decoder_outputs": dec_out}
 
 
+def export_inputs(checkpoint: str | Path, config: ExportConfig, out_dir: Path) -> tuple[Path, Path | None]:
+    """What an export reads and must not replace: the checkpoint and the table, unless the table is the one in
+    ``out_dir`` itself, which is read before the swap and written into the new export."""
+    table = config.shortlist
+    rewritten = table is not None and table.resolve() == (out_dir / names.SHORTLIST_FILE).resolve()
+    return Path(checkpoint), None if rewritten else table
+
+
 def export_model(
     checkpoint: str | Path, out_dir: str | Path, config: ExportConfig | None = None, *, own_dir: bool = False
 ) -> dict[str, Any]:
@@ -161,10 +169,8 @@ def export_model(
     model = ckpt.model.float().eval()
     tokenizer = ckpt.tokenizer()
     cfg = ckpt.config
-    table = config.shortlist  # one in out_dir itself is read before the swap and written into the new export
-    rewritten = table is not None and table.resolve() == (out_dir / names.SHORTLIST_FILE).resolve()
     marker = None if own_dir else ONNX_EXPORT
-    with replacing_dir(out_dir, marker=marker, inputs=(checkpoint, None if rewritten else table)) as tmp:
+    with replacing_dir(out_dir, marker=marker, inputs=export_inputs(checkpoint, config, out_dir)) as tmp:
         io = export_graphs(model, tmp, config.opset, config.dtype)
         (tmp / names.TOKENIZER_FILE).write_bytes(ckpt.tokenizer_model)
         manifest: dict[str, Any] = {

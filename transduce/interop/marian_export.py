@@ -4,14 +4,13 @@ CTranslate2's ``ct2-transformers-converter`` run with our exact outputs (how: ``
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from transduce.export.files import check_target, replacing_dir
 from transduce.interop.marian_vocab import EXPORT_PAD, export_spm
 from transduce.interop.marian_weights import (
     EXCLUDED_BIAS,
@@ -22,10 +21,11 @@ from transduce.interop.marian_weights import (
 )
 from transduce.model.checkpoint import load_checkpoint
 from transduce.model.config import ModelConfig
-from transduce.paths import check_output, check_replaceable_dir
 from transduce.tokenizer import Tokenizer
 
-MARIAN_EXPORT = ("transduce_export", "marian")  # a key and value of the config.json export_marian writes
+# what marks an earlier export (file, key, value): export_marian writes that key into its config.json
+MARIAN_EXPORT = ("config.json", "transduce_export", "marian")
+_WHAT, _UNSTAMPED = "Marian export", " (exports before 2026-11-26 have none)"  # for the refusal's message
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _check_exportable(cfg: ModelConfig) -> None:
 
 def _hf_config(cfg: ModelConfig, vocab_size: int, pad: int) -> dict[str, Any]:
     return {
-        MARIAN_EXPORT[0]: MARIAN_EXPORT[1],  # what an earlier export carries: only such a directory is replaced
+        MARIAN_EXPORT[1]: MARIAN_EXPORT[2],  # what an earlier export carries: only such a directory is replaced
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
         "vocab_size": vocab_size,
@@ -82,11 +82,8 @@ def _hf_config(cfg: ModelConfig, vocab_size: int, pad: int) -> dict[str, Any]:
 def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportReport:
     """Write a checkpoint as an HF MarianMTModel directory (written to a temp dir, then moved into place; an
     existing directory only when it is an earlier such export and does not hold the checkpoint)."""
-    out = Path(out_hf_dir).resolve()
-    check_output(out, [checkpoint], what="the Marian export")
-    check_replaceable_dir(
-        out, "config.json", what="Marian export", stamp=MARIAN_EXPORT, hint=" (exports before 2026-11-26 have none)"
-    )
+    # refused before the work (loading, permuting), as replacing_dir refuses it again when it writes
+    out = check_target(Path(out_hf_dir), marker=MARIAN_EXPORT, inputs=[checkpoint], what=_WHAT, hint=_UNSTAMPED)
     ckpt = load_checkpoint(checkpoint)
     cfg, model = ckpt.config, ckpt.model
     _check_exportable(cfg)
@@ -129,9 +126,7 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
         "forced_eos_token_id": None,
         "max_length": cfg.max_positions,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp_name:
-        tmp = Path(tmp_name)
+    with replacing_dir(out, marker=MARIAN_EXPORT, inputs=[checkpoint], what=_WHAT, hint=_UNSTAMPED) as tmp:
         write_safetensors(tmp / "model.safetensors", state)
         (tmp / "config.json").write_text(json.dumps(_hf_config(cfg, V + 1, pad), indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
@@ -139,9 +134,4 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
         (tmp / "vocab.json").write_text(json.dumps(vocab, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         for f in ("source.spm", "target.spm"):
             (tmp / f).write_bytes(spm_bytes)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.chmod(0o755)
-        tmp.rename(out)
-        tmp.mkdir()  # let TemporaryDirectory clean up a (now empty) path
     return ExportReport(str(out), V + 1, pad, cfg.eos_id, cfg.sinusoid_layout == "interleaved")
