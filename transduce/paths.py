@@ -6,13 +6,28 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
 def user_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/transduce``, else ``~/.cache/transduce``."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transduce"
+
+
+@contextmanager
+def replacing_file(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (this process's own) to write; when the block ends without error it
+    replaces ``path`` by rename, so a reader sees the old file or the whole new one; else it is removed, and an
+    earlier ``path`` stays as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def check_output(out: str | Path, inputs: Iterable[str | Path | None], *, what: str = "the output") -> None:

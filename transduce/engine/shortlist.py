@@ -26,6 +26,7 @@ import numpy as np
 
 from transduce.engine import io_names as names
 from transduce.engine.io_names import SHORTLIST_FILE
+from transduce.paths import replacing_file
 
 NO_TAG = -1  # table key of a model without target-language tags (one direction)
 
@@ -69,14 +70,8 @@ class ShortlistTable:
             arrays[f"targets.{key}"] = self.targets[key].astype(np.int32)
         if projection is not None:
             arrays["projection"] = np.ascontiguousarray(projection, dtype=np.float32)
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:  # beside it, then renamed: a failed write leaves an earlier table as it was
-            with open(tmp, "wb") as f:
-                np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # numpy stubs type the allow_pickle keyword
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with replacing_file(path) as tmp, open(tmp, "wb") as f:  # a failed write leaves an earlier table as it was
+            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # numpy stubs type the allow_pickle keyword
 
 
 def load_table(path: str | Path) -> tuple[ShortlistTable, np.ndarray | None]:

@@ -10,6 +10,7 @@ import torch
 
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
+from transduce.paths import replacing_file
 from transduce.tokenizer import Tokenizer
 
 FORMAT = "transduce-checkpoint"
@@ -67,14 +68,11 @@ def save_checkpoint(
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory: name the checkpoint file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        torch.save(payload, tmp)
-        tmp.replace(path)
+        with replacing_file(path) as tmp:
+            torch.save(payload, tmp)
     except RuntimeError as exc:  # torch's writer reports an unwritable place so
         raise OSError(f"cannot write {path}: {first_line(exc)}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)  # nothing half-written left beside it
 
 
 def load_raw(path: str | Path) -> dict[str, Any]:

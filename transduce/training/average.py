@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from transduce.model.checkpoint import load_raw
+from transduce.paths import replacing_file
 
 
 def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
@@ -29,7 +30,6 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
     averaged["state_dict"] = state
     averaged["meta"] = {**last.get("meta", {}), "averaged_checkpoints": [Path(p).name for p in paths]}
     out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(averaged, tmp)
-    tmp.replace(out)
+    with replacing_file(out) as tmp:
+        torch.save(averaged, tmp)
     return out

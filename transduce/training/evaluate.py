@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -180,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print a markdown table of BLEU/chrF (overall and per origin)."""
     from transduce.engine.errors import ModelLoadError
-    from transduce.paths import check_output
+    from transduce.paths import check_output, replacing_file
     from transduce.shipped import resolve_model_dir
 
     if (problem := no_repeat_problem(args.no_repeat_ngram_size)) is not None:
@@ -219,13 +218,10 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(r.row())
     if args.json:
-        out = Path(args.json)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # this run's own
-        try:  # beside it, then renamed: a failed write leaves an earlier file as it was
-            tmp.write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
-            tmp.replace(out)
+        try:
+            with replacing_file(args.json) as tmp:
+                tmp.write_text(json.dumps([r.__dict__ for r in results], indent=2) + "\n")
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             print(f"transduce eval: the results above could not be written to {args.json}: {exc}", file=sys.stderr)
             return 1
     return 0
