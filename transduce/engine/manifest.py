@@ -157,9 +157,9 @@ def is_stale(checkpoint: str | Path, model_dir: str | Path, shortlist: str | Pat
     if not isinstance(manifest, dict):  # damaged: exported again
         return True
     source, table = manifest.get("source_checkpoint"), manifest.get("shortlist_source")
-    if not isinstance(source, dict) or (shortlist is not None and not isinstance(table, dict)):
+    if not isinstance(source, dict):
         return True
-    if shortlist is not None and isinstance(table, dict) and table.get("sha256") != sha256_file(shortlist):
+    if shortlist is not None and (not isinstance(table, dict) or table.get("sha256") != sha256_file(shortlist)):
         return True
     if manifest.get("export_revision") != EXPORT_REVISION:
         return True

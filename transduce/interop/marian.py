@@ -297,10 +297,5 @@ def report_dict(report: ImportReport | ExportReport) -> dict[str, Any]:
     return asdict(report)
 
 
-__all__ = [
-    "ExportReport",
-    "ImportReport",
-    "export_marian",
-    "import_marian",
-    "report_dict",
-]  # export_marian: its old home
+# export_marian: importable from here, its home before interop.marian_export
+__all__ = ["ExportReport", "ImportReport", "export_marian", "import_marian", "report_dict"]

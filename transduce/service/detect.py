@@ -146,17 +146,14 @@ class LanguageDetector:
 
 
 _NOT_LANGUAGE = frozenset({"Sm", "Sc", "Sk", "So", "Cc", "Cf", "Co", "Cs", "Cn"})  # Unicode general categories
-_JOINERS = frozenset(
-    "\u200c\u200d"
-)  # zero-width non-joiner and joiner: format characters inside Persian and Indic words
+_JOINERS = frozenset("\u200c\u200d")  # zero-width non-joiner and joiner: format characters of Persian, Indic words
 
 
 def _without_symbols(text: str) -> str:
     """``text`` with symbols (emoji, arrows, currency signs), variation selectors and control, format (the tags of
     a flag emoji), private-use or unassigned characters as spaces, but for the zero-width joiners of Persian and Indic
-    words:
-    they say nothing of a language, and the model's byte n-grams of them are noise ("😀😀 👍" came out German, at
-    20 % confidence)."""
+    words: they say nothing of a language, and the model's byte n-grams of them are noise ("😀😀 👍" came out
+    German, at 20 % confidence)."""
     return "".join(
         " " if (unicodedata.category(c) in _NOT_LANGUAGE and c not in _JOINERS) or "\ufe00" <= c <= "\ufe0f" else c
         for c in text
