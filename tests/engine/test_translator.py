@@ -302,6 +302,27 @@ def test_missing_cuda_libraries_are_logged_once(
     ]
 
 
+def test_cuda_asked_for_without_its_libraries_says_which_one_instead_of_onnxruntime_errors(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tiny_model_dir: Path
+) -> None:
+    """device="cuda" with onnxruntime-gpu but no CUDA libraries: the CPU and one warning naming the missing library
+    (onnxruntime printed screenfuls of its own errors for each session first), or with strict_device one error."""
+    import onnxruntime as ort
+
+    from transduce.engine import session
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "preload_dlls", lambda: print("Failed to load libcublasLt.so.13 (a test)"), raising=False)
+    monkeypatch.setattr(session, "_SAID", set())
+    with caplog.at_level("INFO", logger="transduce.engine"):
+        assert session.choose_providers("cuda") == session.choose_providers("cuda") == ["CPUExecutionProvider"]
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "CUDA libraries" in r.getMessage()]
+    assert said == [("WARNING", "CUDA libraries not found (Failed to load libcublasLt.so.13 (a test)); using the CPU")]
+    assert Translator(tiny_model_dir, device="cuda").provider == "CPUExecutionProvider"
+    with pytest.raises(ModelLoadError, match=r"failed to initialise \(Failed to load libcublasLt.so.13 \(a test\)\)"):
+        Translator(tiny_model_dir, device="cuda", strict_device=True)
+
+
 def test_session_rejects_bad_device(tiny_model_dir: Path) -> None:
     from transduce.engine.manifest import load_manifest
     from transduce.engine.session import open_runner

@@ -30,28 +30,41 @@ _SAID: set[str] = set()  # what choose_providers already logged
 
 
 def choose_providers(device: str) -> list[str]:
-    """Execution providers for ``device`` (auto | cpu | cuda); CUDA only when onnxruntime really offers it."""
+    """Execution providers for ``device`` (auto | cpu | cuda); CUDA only when onnxruntime really offers it and the
+    CUDA libraries it needs load (else the CPU, said once with the library that is missing: onnxruntime itself would
+    print a screenful of errors for each session before falling back)."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     if device == "cpu":
         return [CPU]
     if CUDA in ort.get_available_providers():
-        captured = io.StringIO()  # preload_dlls prints to stdout, which belongs to `transduce translate` output
-        try:  # onnxruntime-gpu >= 1.19 loads CUDA/cuDNN from the nvidia pip packages when present
-            with contextlib.redirect_stdout(captured):
-                ort.preload_dlls()
-        except Exception as exc:  # noqa: BLE001 - best effort, the session creation below is the real test
-            log.debug("preload_dlls failed: %s", exc)
-        missing = [line for line in captured.getvalue().splitlines() if line.startswith("Failed to load")]
-        if not missing or device == "cuda":
+        missing = missing_cuda_library()
+        if missing is None:
             return [CUDA, CPU]
-        if missing[0] not in _SAID:  # once per process, not once per engine replica
-            _SAID.add(missing[0])
-            log.info("CUDA libraries not found (%s); using the CPU", missing[0])
+        if missing not in _SAID:  # once per process, not once per engine replica
+            _SAID.add(missing)
+            log.log(
+                logging.WARNING if device == "cuda" else logging.INFO,
+                "CUDA libraries not found (%s); using the CPU",
+                missing,
+            )
         return [CPU]
     if device == "cuda":
         raise ModelLoadError("device='cuda' was requested but this onnxruntime has no CUDA execution provider")
     return [CPU]
+
+
+def missing_cuda_library() -> str | None:
+    """onnxruntime-gpu's line for the first CUDA or cuDNN library it cannot load ("Failed to load
+    libcublasLt.so.13: ..."), or None when they all load."""
+    captured = io.StringIO()  # preload_dlls prints to stdout, which belongs to `transduce translate` output
+    try:  # onnxruntime-gpu >= 1.19 loads CUDA/cuDNN from the nvidia pip packages when present
+        with contextlib.redirect_stdout(captured):
+            ort.preload_dlls()
+    except Exception as exc:  # noqa: BLE001 - best effort, the session creation is the real test
+        log.debug("preload_dlls failed: %s", exc)
+    missing = [line for line in captured.getvalue().splitlines() if line.startswith("Failed to load")]
+    return missing[0] if missing else None
 
 
 def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
@@ -215,7 +228,11 @@ def open_runner(
         sessions.shortlist_masks = names.DEC_VOCAB_MASK in inputs
     if device == "cuda" and sessions.provider != CUDA:
         if strict_device:
-            raise ModelLoadError("device='cuda' was requested but the CUDA provider failed to initialise")
+            missing = missing_cuda_library() if CUDA in ort.get_available_providers() else None
+            raise ModelLoadError(
+                "device='cuda' was requested but the CUDA provider failed to initialise"
+                + (f" ({missing})" if missing else "")
+            )
         log.warning("CUDA was requested but is not usable; falling back to CPU")
     log.info("onnxruntime sessions ready on %s", sessions.provider)
     return IOBindingRunner(sessions) if sessions.provider == CUDA else NumpyRunner(sessions)
