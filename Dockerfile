@@ -21,6 +21,7 @@ COPY pyproject.toml README.md ./
 # only what serving imports: the command line, the engine and the service (no model, export or training code);
 # translate_cli.py is the client side (`docker run IMAGE translate --url ...`), torch-free like the rest
 COPY transduce/__init__.py transduce/__main__.py transduce/cli.py transduce/serve_cli.py transduce/translate_cli.py \
+     transduce/translate_local.py transduce/translate_remote.py \
      transduce/shipped.py transduce/paths.py transduce/tokenizer.py ./transduce/
 COPY transduce/engine ./transduce/engine
 COPY transduce/service ./transduce/service

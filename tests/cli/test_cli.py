@@ -170,7 +170,7 @@ def test_translate_url_writes_the_lines_before_one_that_is_not_utf8_and_reads_co
 
 
 def test_translate_url_fails_on_an_answer_that_is_not_text() -> None:
-    from transduce.translate_cli import _Remote
+    from transduce.translate_remote import _Remote
 
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"translatedText": [None, "b"]})

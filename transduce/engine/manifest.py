@@ -80,6 +80,8 @@ def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifes
     """Read and validate ``model_dir/manifest.json``; every problem raises ModelLoadError saying what to fix."""
     model_dir = Path(model_dir)
     path = model_dir / names.MANIFEST_FILE
+    if model_dir.exists() and not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir} is a file, not a model directory (`transduce export` writes one)")
     if not model_dir.is_dir():
         raise ModelLoadError(f"model directory {model_dir} does not exist (export one with `transduce export`)")
     if not path.is_file():

@@ -1,0 +1,263 @@
+"""``transduce translate --url``: lines translated through a running server (this one or another
+LibreTranslate-compatible one).
+
+Requests are cut to the server's own limits, read from ``GET /frontend/settings``: at most ``max_items`` texts and
+``char_limit`` characters (and ``max_queue_items`` sentences) per request. A line over the character limit is sent as
+its sentences, in parts, and re-joined with its own spacing. A request the server refuses stops the run with one line
+on stderr naming the input lines it held (the line itself when the server refused it for its content); everything
+before them is already on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from transduce.engine.text import Segmented, segment
+from transduce.translate_cli import InputError, SourceLine, TranslateError, Writer, span
+
+if TYPE_CHECKING:
+    import httpx
+
+RETRIES_503 = 5  # attempts for a request the server answers 503 (busy or starting), honouring its Retry-After
+MAX_RETRY_WAIT_S = 30.0
+_LINE_BREAK = re.compile(r"\r?\n")
+LINE_BY_LINE = (400, 413)  # statuses that may be about one text of a request: then each line is sent alone
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request to the server may hold."""
+
+    max_chars: int
+    max_items: int
+    max_sentences: int
+    max_beam_size: int | None = None
+
+
+def server_limits(client: httpx.Client) -> ServerLimits:
+    """The server's limits from GET /frontend/settings; this server's defaults for those it does not state (an
+    older server, or another LibreTranslate-compatible one)."""
+    from transduce.service.config import Settings
+
+    defaults = Settings.model_fields
+    response = client.get("/frontend/settings")
+    stated: dict[str, Any] = {}
+    if response.status_code == 200:
+        try:
+            body = response.json()
+            stated = body if isinstance(body, dict) else {}
+        except ValueError:
+            pass
+
+    def limit(*names: str) -> int | None:
+        value = next((stated[n] for n in names if n in stated), None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    return ServerLimits(
+        max_chars=limit("char_limit", "charLimit") or int(defaults["max_chars"].default),
+        max_items=limit("max_items") or int(defaults["max_items"].default),
+        max_sentences=limit("max_queue_items") or int(defaults["max_queue_items"].default),
+        max_beam_size=limit("max_beam_size"),
+    )
+
+
+@dataclass
+class _Line:
+    """An input line on its way: sent whole, or (over a limit) as its sentences, re-joined when all are back."""
+
+    source: SourceLine
+    parts: Segmented | None  # None: sent whole
+    results: list[str | None] = field(default_factory=list)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return (self.source.text,) if self.parts is None else self.parts.sentences
+
+    @property
+    def done(self) -> bool:
+        return all(r is not None for r in self.results)
+
+    def output(self) -> str:
+        results = [r or "" for r in self.results]
+        return self.parts.rejoin(results) if self.parts is not None else results[0]
+
+
+class _Piece(NamedTuple):
+    line: _Line
+    slot: int  # into line.texts and line.results
+    text: str
+
+
+def _prepare(source: SourceLine, limits: ServerLimits) -> _Line:
+    """The line, split into its sentences when it is over a per-request limit (a blank line is not sent at all: it
+    stays as it is); TranslateError if even one sentence is over the character limit."""
+    parts = segment(source.text)
+    if not parts.sentences:
+        return _Line(source, parts, [])
+    if len(source.text) <= limits.max_chars and len(parts.sentences) <= limits.max_sentences:
+        return _Line(source, None, [None])
+    longest = max(parts.sentences, key=len)
+    if len(longest) > limits.max_chars:
+        raise TranslateError(
+            f"{span([source])}: a sentence of {len(longest)} characters is over the server's limit of "
+            f"{limits.max_chars} characters per request (max_chars); split it"
+        )
+    return _Line(source, parts, [None] * len(parts.sentences))
+
+
+def _pack(lines: Iterable[SourceLine | None], limits: ServerLimits, pending: deque[_Line]) -> Iterator[list[_Piece]]:
+    """Requests' worth of pieces, in input order, each within the limits; every line read goes to ``pending``. A
+    None in ``lines`` (no more input for now) hands over what is gathered, an empty list if nothing."""
+    batch: list[_Piece] = []
+    chars = sentences = 0
+    try:
+        for source in lines:
+            if source is None:  # an empty batch too: the lines already done (blank ones) are written
+                yield batch
+                batch, chars, sentences = [], 0, 0
+                continue
+            line = _prepare(source, limits)
+            pending.append(line)
+            for slot, text in enumerate(line.texts):
+                n = len(segment(text).sentences) if line.parts is None else 1
+                if batch and (
+                    len(batch) == limits.max_items
+                    or chars + len(text) > limits.max_chars
+                    or sentences + n > limits.max_sentences
+                ):
+                    yield batch
+                    batch, chars, sentences = [], 0, 0
+                batch.append(_Piece(line, slot, text))
+                chars, sentences = chars + len(text), sentences + n
+    except (InputError, TranslateError):  # a line over a limit, or one that is not UTF-8 (read from ``lines``)
+        if batch:
+            yield batch  # what came before the line goes out first
+        raise
+    if batch:
+        yield batch
+
+
+class _Remote:
+    """POSTs texts to /translate with the command's options, retrying 503s (busy, starting) a few times."""
+
+    def __init__(self, args: argparse.Namespace, client: httpx.Client) -> None:
+        self.args, self.client = args, client
+
+    def check(self, limits: ServerLimits) -> None:
+        """Refuse before sending anything what the server would refuse in every request."""
+        if limits.max_beam_size is not None and self.args.beam_size > limits.max_beam_size:
+            raise TranslateError(
+                f"--beam-size {self.args.beam_size} is over the server's limit of {limits.max_beam_size} "
+                "(max_beam_size)"
+            )
+        response = self.client.get("/languages")
+        if response.status_code != 200:
+            return  # the first request will say what is wrong
+        try:
+            pairs = {(lang["code"], t) for lang in response.json() for t in lang["targets"]}
+        except (ValueError, KeyError, TypeError):
+            return
+        source, target = self.args.source.lower(), self.args.target.lower()  # the server reads codes in any case
+        known = {(s.lower(), t.lower()) for s, t in pairs}
+        passed = source == target and any(target in pair for pair in known)  # the server gives such text back
+        if (
+            (source, target) not in known
+            and not passed
+            and not (source == "auto" and any(t == target for _, t in known))
+        ):
+            offered = ", ".join(f"{s}->{t}" for s, t in sorted(pairs))
+            raise TranslateError(
+                f"language pair {self.args.source}->{self.args.target} is not supported by the server "
+                f"(it translates {offered})"
+            )
+
+    def post(self, texts: list[str]) -> tuple[int, list[str] | str]:
+        """(200, translations), or (status, what went wrong); status 0 when no answer came."""
+        import httpx
+
+        body: dict[str, Any] = {
+            "q": texts,
+            "source": self.args.source,
+            "target": self.args.target,
+            "format": "text",
+            "beam_size": self.args.beam_size,
+        }
+        if self.args.api_key:
+            body["api_key"] = self.args.api_key
+        for attempt in range(1, RETRIES_503 + 1):
+            try:
+                response = self.client.post("/translate", json=body)
+            except httpx.HTTPError as exc:
+                return 0, f"{type(exc).__name__}: {exc}"
+            if response.status_code != 503 or attempt == RETRIES_503:
+                break
+            time.sleep(_retry_after(response))
+        if response.status_code != 200:
+            return response.status_code, f"server answered {response.status_code}: {_error_text(response)}"
+        try:
+            translated = response.json()["translatedText"]
+        except (ValueError, KeyError, TypeError):
+            translated = None
+        if not (isinstance(translated, list) and len(translated) == len(texts)):
+            return 200, f"server answered without {len(texts)} translations"
+        if not all(isinstance(t, str) for t in translated):
+            return 200, "server answered a translation that is not a text"
+        # one line out per line in: a line break inside a translation (another LibreTranslate-compatible server's)
+        # would shift every line after it
+        # (a \r alone is kept: a CRLF line's own, which the server gives back as trailing whitespace)
+        return 200, [_LINE_BREAK.sub(" ", t) for t in translated]
+
+
+def _retry_after(response: httpx.Response) -> float:
+    value = response.headers.get("retry-after", "")
+    return min(float(value), MAX_RETRY_WAIT_S) if value.isdigit() else 1.0
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        message = response.json().get("error")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message) if message else response.text[:200].replace("\n", " ")
+
+
+def remote_run(args: argparse.Namespace, lines: Iterator[SourceLine | None], write: Writer) -> None:
+    """Translate ``lines`` through the server at ``args.url``, writing each line's translation in order."""
+    import httpx
+
+    with httpx.Client(base_url=args.url, timeout=args.timeout) as client:
+        limits = server_limits(client)
+        remote = _Remote(args, client)
+        remote.check(limits)
+        pending: deque[_Line] = deque()
+
+        def settle(pieces: list[_Piece], translations: list[str]) -> None:
+            for piece, text in zip(pieces, translations, strict=True):
+                piece.line.results[piece.slot] = text
+            finished = []
+            while pending and pending[0].done:
+                finished.append(pending.popleft().output())
+            write(finished)
+
+        for batch in _pack(lines, limits, pending):
+            if not batch:
+                settle([], [])
+                continue
+            status, answer = remote.post([p.text for p in batch])
+            if isinstance(answer, list):
+                settle(batch, answer)
+                continue
+            if status not in LINE_BY_LINE or len({id(p.line) for p in batch}) == 1:
+                raise TranslateError(f"{span([p.line.source for p in batch])} failed: {answer}")
+            for piece in batch:  # the refusal may be about one text: send them one by one to name its line
+                status, answer = remote.post([piece.text])
+                if not isinstance(answer, list):
+                    raise TranslateError(f"{span([piece.line.source])} failed: {answer}")
+                settle([piece], answer)
+        settle([], [])  # blank lines at the end
