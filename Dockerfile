@@ -30,8 +30,9 @@ COPY --from=export /opt/transduce/model /models/default
 USER transduce
 ENV TRANSDUCE_MODEL_DIR=/models/default TRANSDUCE_HOST=0.0.0.0 TRANSDUCE_PORT=5000 TRANSDUCE_DEVICE=auto
 EXPOSE 5000
+# readiness on the port the server listens on, with the first API key (TRANSDUCE_PROTECT_HEALTH asks for one)
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-  CMD curl -fsS http://127.0.0.1:5000/health/ready || exit 1
+  CMD ["sh", "-c", "key=$(printf %s \"${TRANSDUCE_API_KEYS}\" | tr , \"\\n\" | sed \"s/^ *//;s/ *$//\" | grep -m1 .); curl -fsS ${key:+-H \"Authorization: Bearer $key\"} \"http://127.0.0.1:${TRANSDUCE_PORT:-5000}/health/ready\" || exit 1"]
 # SIGTERM starts draining: readiness goes 503, accepted requests finish within TRANSDUCE_SHUTDOWN_GRACE_S.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["transduce", "serve"]

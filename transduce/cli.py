@@ -7,6 +7,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from transduce.shipped import ModelUnavailableError
 
@@ -60,8 +61,15 @@ class DefaultsOnce(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A bad option is one line on stderr and exit status 2 (argparse prints its whole usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="transduce",
         description="transduce: a machine-translation server (Transformer -> ONNX -> onnxruntime).",
         epilog="Run `transduce COMMAND --help` for the options of a command.",
@@ -88,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, text = COMMANDS[name]
     try:
         module = importlib.import_module(module_name)
-        parser = argparse.ArgumentParser(prog=f"transduce {name}", description=text, formatter_class=DefaultsOnce)
+        parser = OneLineErrors(prog=f"transduce {name}", description=text, formatter_class=DefaultsOnce)
         module.add_arguments(parser)
         args = parser.parse_args(rest)
         quiet = name in QUIET  # their stdout/stderr are for translations and one-line errors only

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+WRITE_MARGIN_S = 5.0  # uvicorn's wait beyond the drain's grace: time to write the 503s of what the grace cut off
 
 if TYPE_CHECKING:
     import uvicorn
@@ -65,13 +69,46 @@ def _draining_server_class() -> type:
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
-        """uvicorn re-raises SIGTERM after a graceful shutdown (exit -15); a drained shutdown here exits 0."""
+        """uvicorn re-raises SIGTERM after a graceful shutdown (exit -15); a drained shutdown here exits 0. The app's
+        drain (``transduce.service.main.drain``) starts with the shutdown, so the requests still running when the
+        grace ends are answered 503 before uvicorn's own deadline (``server_config``) cancels them as 500s."""
+
+        def __init__(
+            self,
+            config: uvicorn.Config,
+            on_shutdown: Callable[[], object],
+            fatal: Callable[[], str | None],
+            keys: int = 0,
+        ) -> None:
+            super().__init__(config)
+            self.on_shutdown, self.fatal, self.failed, self.keys = on_shutdown, fatal, False, keys
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            problem = self.fatal()
+            if problem is not None:  # nothing can ever be served: one line and exit 1, not an unready server
+                print(f"transduce serve: {problem}", file=sys.stderr)
+                self.should_exit = self.failed = True
+                return
+            for sock in sockets or ():
+                host, port = sock.getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                logging.getLogger("transduce.service").info(
+                    "listening on http://%s:%d; API keys: %s",
+                    shown,
+                    port,
+                    f"required ({self.keys} configured)" if self.keys else "none, every client is served",
+                )
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             with super().capture_signals():
                 yield
                 self._captured_signals.clear()
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            self.on_shutdown()
+            await super().shutdown(sockets)
 
     return DrainingServer
 
@@ -96,7 +133,8 @@ def server_config(app: ASGIApp, settings: Settings, max_connections: int | None 
         app,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+        # the app answers what is left 503 at the grace's end (DrainingServer): uvicorn waits a little longer
+        timeout_graceful_shutdown=settings.shutdown_grace_s + WRITE_MARGIN_S,  # type: ignore[arg-type]
         lifespan="on",
         http=guarded_protocol(limits),
         timeout_keep_alive=settings.keep_alive_timeout_s,
@@ -114,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     from transduce.engine.errors import ModelLoadError
     from transduce.service.logging import configure_logging
     from transduce.service.main import create_app, load_translator
+    from transduce.service.pipeline import canary_problem
     from transduce.service.registry import model_paths
     from transduce.shipped import ModelUnavailableError, resolve_model_dir
 
@@ -122,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(map(str, first["loc"])) or "combination"
-        print(f"transduce serve: invalid setting {where}: {first['msg']}", file=sys.stderr)
+        message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix of a validator's own message
+        print(f"transduce serve: invalid setting {where}: {message}", file=sys.stderr)
         return 2
     try:
         sock = bind_socket(settings.host, settings.port)
@@ -133,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     with sock:
         configure_logging(settings.log_json, throttle_s=settings.log_throttle_s)
+        _log_environment(settings)
         if settings.models:  # several models: scanned, and the first loaded, in the app's start-up
             try:
                 model_paths(settings.models)
@@ -140,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"transduce serve: {exc}", file=sys.stderr)
                 return 1
             return _serve(create_app(settings=settings, reload_on_sighup=True), settings, sock)
+        ignore_hangups()  # from here on: a closed terminal or `systemctl reload` must not stop one model's server
         try:
             model_dir = resolve_model_dir(settings.model_dir)
             translator = load_translator(settings.model_copy(update={"model_dir": str(model_dir)}))
@@ -149,7 +191,59 @@ def run(args: argparse.Namespace) -> int:
         except (ModelLoadError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a failed export
             print(f"transduce serve: cannot load the model: {exc}", file=sys.stderr)
             return 1
+        if (problem := canary_problem(settings, translator)) is not None:
+            print(f"transduce serve: invalid setting canary_text: {problem}", file=sys.stderr)
+            return 2
         return _serve(create_app(model_dir, settings, translator_factory=lambda _: translator), settings, sock)
+
+
+# TRANSDUCE_* variables read elsewhere than Settings (the shipped model's export, the training data)
+# (and TRANSDUCE_MODEL_DTYPE, docker compose's build argument)
+OTHER_VARIABLES = {
+    "TRANSDUCE_SHARED_DATA",
+    "TRANSDUCE_DEFAULT_CHECKPOINT",
+    "TRANSDUCE_DEFAULT_EXPORT_DIR",
+    "TRANSDUCE_MODEL_DTYPE",
+}
+
+
+def _log_environment(settings: Settings) -> None:
+    """Warn of threads or replicas above the usable cores, and of TRANSDUCE_* variables that are no setting (a typo
+    such as TRANSDUCE_API_KEY would otherwise leave a server open without a word; ``DrainingServer`` says whether
+    keys are required once it serves)."""
+    import difflib
+    import os
+
+    from transduce.engine.session import usable_cores
+    from transduce.service.config import Settings
+
+    log = logging.getLogger("transduce.service")
+    cores = usable_cores()
+    for name in ("intra_threads", "engine_replicas"):
+        if getattr(settings, name) > cores:
+            log.warning(
+                "%s %d is over the %d cores this process may use: they queue on each other",
+                name,
+                getattr(settings, name),
+                cores,
+            )
+    known = {f"TRANSDUCE_{name.upper()}" for name in Settings.model_fields} | OTHER_VARIABLES
+    for name in sorted(n for n in os.environ if n.upper().startswith("TRANSDUCE_") and n.upper() not in known):
+        near = difflib.get_close_matches(name.upper(), sorted(known), n=1)
+        log.warning("%s is not a setting, ignored%s", name, f" (did you mean {near[0]}?)" if near else "")
+
+
+def ignore_hangups() -> None:
+    """SIGHUP (a closed terminal, `systemctl reload`) is logged and ignored: it used to stop the server at once,
+    dropping accepted requests. Several models (``TRANSDUCE_MODELS``) have it rescan them instead."""
+    import signal
+
+    def hangup(signum: int, frame: object) -> None:
+        logging.getLogger("transduce.service").warning(
+            "SIGHUP ignored: one model (model_dir) has nothing to rescan; restart to serve another"
+        )
+
+    signal.signal(signal.SIGHUP, hangup)
 
 
 def enable_crash_traces() -> None:
@@ -167,10 +261,14 @@ def _serve(app: ASGIApp, settings: Settings, sock: socket.socket) -> int:
 
     enable_crash_traces()
 
+    from transduce.service.draining import drain
+
     DrainingServer = _draining_server_class()  # noqa: N806
-    server = DrainingServer(server_config(app, settings, fd_headroom(settings.max_connections)))
+    config = server_config(app, settings, fd_headroom(settings.max_connections))
+    state = app.state.transduce  # type: ignore[attr-defined]
+    server = DrainingServer(config, lambda: drain(state), lambda: state.fatal, len(settings.keys))
     try:
         server.run(sockets=[sock])
     except SystemExit as exc:  # uvicorn exits when the app fails to start, for example
         return int(exc.code or 1)
-    return 0 if server.started else 1
+    return 0 if server.started and not server.failed else 1

@@ -3,6 +3,7 @@ exact command (entrypoint + environment) run here on the exported tiny model."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -151,3 +152,31 @@ def test_the_image_command_serves_the_exported_model(tiny_model_dir: Path, tmp_p
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out.decode()[-2000:]
     assert out.decode().splitlines()[0] == str(tmp_path / "app" / "transduce" / "cli.py")  # the copy ran, not ROOT
+
+
+def test_the_healthchecks_reach_a_server_that_asks_health_callers_for_a_key() -> None:
+    """The health checks asked http://127.0.0.1:5000/health/ready without a key: with TRANSDUCE_PROTECT_HEALTH the
+    container was never healthy, and on another TRANSDUCE_PORT neither. They now send the first key on the port set."""
+    import asyncio
+
+    from tests.service.harness import FakeTranslator, serve
+
+    docker = json.loads(dict(dockerfile_stages()[1])["HEALTHCHECK"].split(" CMD ", 1)[1])
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    checks = [docker[2]] + [s["healthcheck"]["test"][1].replace("$$", "$") for s in compose["services"].values()]
+    stub = 'curl() { for a in "$@"; do printf "%s\\n" "$a"; done; }; '  # its arguments, for httpx (no curl needed)
+
+    async def answers() -> list[tuple[str, int]]:
+        out = []
+        async with serve(FakeTranslator(), api_keys=" , my key ,k2", protect_health=True) as (client, _):
+            for check in checks:
+                for keys in (" , my key ,k2", ""):
+                    env = {**os.environ, "TRANSDUCE_API_KEYS": keys, "TRANSDUCE_PORT": "5123"}
+                    argv = subprocess.run(["sh", "-c", stub + check], env=env, capture_output=True, text=True)
+                    args = argv.stdout.splitlines()
+                    assert args[-1] == "http://127.0.0.1:5123/health/ready", args
+                    headers = dict([args[args.index("-H") + 1].split(": ", 1)]) if "-H" in args else {}
+                    out.append((keys, (await client.get("/health/ready", headers=headers)).status_code))
+        return out
+
+    assert asyncio.run(answers()) == [(" , my key ,k2", 200), ("", 401)] * 3

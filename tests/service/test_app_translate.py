@@ -230,6 +230,12 @@ async def test_a_default_beam_widened_past_max_beam_size_is_400() -> None:
     assert r.json() == {"error": "alternatives 4 needs a beam of 5, over the limit of 4 (max_beam_size)"}
 
 
+async def test_the_alternatives_a_page_is_told_of_fit_the_largest_beam() -> None:
+    """max_alternatives 5 with max_beam_size 2 advertised 5; 2 alternatives were refused (they need a beam of 3)."""
+    async with serve(max_beam_size=2, default_beam_size=1) as (client, _):
+        assert (await client.get("/frontend/settings")).json()["max_alternatives"] == 1
+
+
 def test_a_default_beam_over_max_beam_size_is_refused_when_the_settings_are_made() -> None:
     with pytest.raises(ValueError, match="default_beam_size 5 is over max_beam_size 4: lower default_beam_size"):
         IsolatedSettings(default_beam_size=5, max_beam_size=4)

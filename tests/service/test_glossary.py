@@ -274,7 +274,7 @@ async def test_the_server_glossary_applies_per_pair_and_a_request_overrides_it(t
         tmp_path / "glossary.json",
         {
             "en-de": [{"source": "Node.js", "target": None}, {"source": "pull request", "target": "Pull-Request"}],
-            "de-en": [{"source": "Knoten", "target": "node"}],
+            "DE-en": [{"source": "Knoten", "target": "node"}],  # codes in any case, as requests name them
             "en-fr": [{"source": "cat", "target": "chat"}],
         },
     )
@@ -312,6 +312,7 @@ async def test_the_server_glossary_applies_per_pair_and_a_request_overrides_it(t
             "'en-de' item 1 has an unknown",
         ),
         ({"en-de": [{"source": "A", "target": "b"}, {"source": "a", "target": "c"}]}, "'en-de' has the source terms"),
+        ({"en-de": [], "EN-DE": []}, "keys 'EN-DE' and 'en-de' name one language pair: merge them"),
     ],
 )
 def test_a_bad_glossary_file_stops_the_app_from_being_made(tmp_path: Path, content: Any, message: str) -> None:

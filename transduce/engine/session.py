@@ -233,7 +233,8 @@ def open_runner(
                 "device='cuda' was requested but the CUDA provider failed to initialise"
                 + (f" ({missing})" if missing else "")
             )
-        log.warning("CUDA was requested but is not usable; falling back to CPU")
+        if CUDA in providers:  # (without its libraries choose_providers said so already)
+            log.warning("CUDA was requested but is not usable; falling back to CPU")
     log.info("onnxruntime sessions ready on %s", sessions.provider)
     return IOBindingRunner(sessions) if sessions.provider == CUDA else NumpyRunner(sessions)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -10,8 +13,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from transduce.engine.batcher import BatcherConfig
 from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions, SchedulerConfig, no_repeat_problem
+from transduce.engine.text import has_letters
 from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#*]+", re.IGNORECASE)  # what a browser's Origin header holds
+OVERSUBSCRIBED = 4  # intra_threads or engine_replicas above this many times the usable cores: refused
 # the engine's defaults, which the service's defaults are
 BATCHER, DECODE, SCHEDULER = BatcherConfig(), DecodeOptions(), SchedulerConfig()
 
@@ -184,6 +190,22 @@ class Settings(BaseSettings):
     def _not_negative(cls, value: float) -> float:
         if not value >= 0:  # also refuses NaN
             raise ValueError(f"must be >= 0, got {value}")
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value}")
+        return value
+
+    @field_validator("intra_threads", "engine_replicas")
+    @classmethod
+    def _within_the_cores(cls, value: int) -> int:
+        if value > 4:  # the usable cores only matter for large values (onnxruntime is imported to count them)
+            from transduce.engine.session import usable_cores
+
+            cores = usable_cores()
+            if value > OVERSUBSCRIBED * cores:
+                raise ValueError(
+                    f"{value} is over {OVERSUBSCRIBED} x the {cores} cores this process may use (its CPU affinity and "
+                    "quota): threads or copies of the model that could only queue on each other; 0 = auto"
+                )
         return value
 
     @field_validator("no_repeat_ngram_size")
@@ -235,6 +257,34 @@ class Settings(BaseSettings):
                 problem = PydanticCustomError("glossary_file", "{problem}", {"problem": str(exc)})
                 detail = InitErrorDetails(type=problem, loc=("glossary_file",), input=self.glossary_file)
                 raise ValidationError.from_exception_data(type(self).__name__, [detail]) from None
+        return self
+
+    @model_validator(mode="after")
+    def _combinations(self) -> Settings:
+        """Settings that are each valid but make no sense together, or with this machine."""
+        if self.max_wait_ms >= self.request_timeout_s * 1000:
+            raise ValueError(
+                f"max_wait_ms {self.max_wait_ms:g} is not below request_timeout_s {self.request_timeout_s:g} s: a "
+                "sentence waiting that long for company would pass its deadline; lower max_wait_ms"
+            )
+        if self.api_keys.strip() and not self.keys:
+            raise ValueError("api_keys names no key (only commas and spaces): list the keys, or leave it empty")
+        if self.protect_health and not self.keys:
+            raise ValueError("protect_health needs api_keys: without a key there is nothing to ask /health callers for")
+        if self.memory_budget_mb and not self.models:
+            raise ValueError("memory_budget_mb applies to several models (models); with one model leave it 0")
+        if not has_letters(self.canary_text):
+            raise ValueError(
+                f"canary_text {self.canary_text!r} has no letters: start-up translates it to prove the model decodes"
+            )
+        for origin in self.origins:  # what a browser's Origin header can hold, compared as a whole ("null": a file)
+            if origin not in ("*", "null") and not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"cors_origins has {origin!r}, which is not an origin: scheme and host (and port), e.g. "
+                    "https://app.example, or * for any (no wildcards inside a name)"
+                )
+        if self.files_dir and Path(self.files_dir).exists() and not Path(self.files_dir).is_dir():
+            raise ValueError(f"files_dir {self.files_dir} is a file: name a directory (it is made when missing)")
         return self
 
     @property

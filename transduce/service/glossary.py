@@ -142,6 +142,11 @@ def _trie_pattern(sources: Sequence[str], space: str) -> str:
     return emit(trie)
 
 
+def server_terms(glossary: ServerGlossary, source: str, target: str) -> tuple[GlossaryEntry, ...]:
+    """The glossary file's entries for ``source`` -> ``target`` (codes in any case)."""
+    return glossary.get((source.lower(), target.lower()), ())
+
+
 @functools.lru_cache(maxsize=256)
 def matcher(terms: Terms, html: bool) -> Matcher:
     """The compiled matcher of ``terms`` (a file's glossary, or a client's repeated one, compiles once)."""
@@ -198,7 +203,8 @@ def entry_problem(error: Mapping[str, Any], data: Any, where: str) -> str:
 
 
 def load_glossary_file(path: str) -> dict[Pair, tuple[GlossaryEntry, ...]]:
-    """The glossary file's terms per language pair; GlossaryFileError (one line: the file, where, what to fix)."""
+    """The glossary file's terms per language pair, its codes in lower case (``server_terms`` looks them up so);
+    GlossaryFileError (one line: the file, where, what to fix)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -213,7 +219,7 @@ def load_glossary_file(path: str) -> dict[Pair, tuple[GlossaryEntry, ...]]:
         raise GlossaryFileError(f'glossary file {path} must be a JSON object such as {{"en-de": {SHAPE}}}')
     out: dict[Pair, tuple[GlossaryEntry, ...]] = {}
     for key, items in data.items():
-        pair = key.split("-")
+        pair = key.lower().split("-")  # codes in any case, as requests name them ("EN-DE" is en-de)
         if len(pair) != 2 or not all(pair) or pair[0] == pair[1]:
             raise GlossaryFileError(
                 f"glossary file {path}: key {key!r} must name a language pair as source-target, such as 'en-de'"
@@ -227,5 +233,10 @@ def load_glossary_file(path: str) -> dict[Pair, tuple[GlossaryEntry, ...]]:
         twice = duplicate(entries)
         if twice:
             raise GlossaryFileError(f"glossary file {path}: {key!r} has {twice_text(twice)}: keep one")
+        twin = next((other for other in data if other != key and other.lower() == key.lower()), None)
+        if twin is not None:
+            raise GlossaryFileError(
+                f"glossary file {path}: keys {twin!r} and {key!r} name one language pair: merge them"
+            )
         out[(pair[0], pair[1])] = entries
     return out

@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from transduce.engine.errors import ModelLoadError
+from transduce.service import draining
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.errors import install_error_handlers
@@ -90,13 +91,11 @@ async def _serve_model(state: AppState) -> AsyncIterator[None]:
         translator.provider,
     )
     _log_glossary(settings, translator.pairs)
-    state.ready = True
+    state.ready = not state.draining
     try:
         yield
     finally:
-        state.ready, state.draining = False, True
-        log.info("draining: finishing accepted requests (up to %.0f s)", settings.shutdown_grace_s)
-        await pipeline.queue.stop(drain=True, timeout=settings.shutdown_grace_s)
+        await draining.stop(state)
         log.info("stopped")
 
 
@@ -114,7 +113,9 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
         pairs_text(pool.routes.pivots),
     )
     _log_glossary(settings, pool.routes.pairs)
-    state.ready = True
+    if pool.entries and all(e.state == "failed" for e in pool.entries.values()):
+        state.fatal = pool.readiness()  # a server that can never serve: stop (`transduce serve` exits 1)
+    state.ready = not state.draining
     loop = asyncio.get_running_loop()
     if state.reload_on_sighup:
         reloads: set[asyncio.Task[Any]] = set()
@@ -136,15 +137,14 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
     finally:
         if state.reload_on_sighup:
             loop.remove_signal_handler(signal.SIGHUP)
-        state.ready, state.draining = False, True
-        log.info("draining: finishing accepted requests (up to %.0f s)", settings.shutdown_grace_s)
-        await pool.stop(settings.shutdown_grace_s)
+        await draining.stop(state)
         log.info("stopped")
 
 
 def _log_glossary(settings: Settings, pairs: list[tuple[str, str]]) -> None:
     if settings.glossary:  # read (and checked) with the settings; a pair no model translates is never used
-        unused = sorted(f"{s}-{t}" for s, t in settings.glossary if (s, t) not in pairs)
+        served = {(s.lower(), t.lower()) for s, t in pairs}
+        unused = sorted(f"{s}-{t}" for s, t in settings.glossary if (s, t) not in served)
         log.info(
             "glossary file %s: %d terms for %d language pairs%s",
             settings.glossary_file,

@@ -22,6 +22,7 @@ from transduce.engine.translator import TranslationResult, Translator, filled
 from transduce.service.cache import TranslationCache
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
+from transduce.service.errors import ApiError
 from transduce.service.htmlunits import plain_retry
 from transduce.service.observability import LatencyWindow, Metrics, RequestTiming
 from transduce.service.schemas import TranslateRequest
@@ -359,13 +360,28 @@ async def run_canary(pipeline: TranslationPipeline, settings: Settings) -> tuple
     """Translate ``settings.canary_text`` (greedy) through the pipeline's queue, in the model's first pair from
     English (the default text is English), else its first pair: the model serves only once this worked. Returns the
     source, the target and the translation."""
-    pairs = pipeline.translator.pairs
+    source, target, job = _canary_job(settings, pipeline.translator)
+    results, _ = await pipeline.translate(job, started=time.monotonic())
+    return source, target, results[0].text
+
+
+def _canary_job(settings: Settings, translator: TranslatorLike) -> tuple[str, str, TranslationJob]:
+    pairs = translator.pairs
     source, target = next((pair for pair in pairs if pair[0] == "en"), pairs[0])
     canary = TranslateRequest(q=settings.canary_text, source=source, target=target, beam_size=1)
-    results, _ = await pipeline.translate(
-        validate_request(canary, settings, pipeline.translator), started=time.monotonic()
-    )
-    return source, target, results[0].text
+    return source, target, validate_request(canary, settings, translator)
+
+
+def canary_problem(settings: Settings, translator: TranslatorLike) -> str | None:
+    """Why ``settings.canary_text`` would be refused as a request (over max_sentence_tokens, max_chars, ...), or
+    None: ``transduce serve`` says so in one line before it starts."""
+    try:
+        _canary_job(settings, translator)
+    except ApiError as exc:
+        return exc.message
+    except ValueError as exc:  # the engine's InputTooLongError, UnsupportedLanguageError
+        return str(exc)
+    return None
 
 
 async def together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:

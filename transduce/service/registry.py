@@ -63,7 +63,15 @@ def model_paths(models: str) -> list[Path]:
     if not parts:
         raise ModelLoadError("models (TRANSDUCE_MODELS) names no directory")
     if len(parts) > 1:
-        return [Path(p).expanduser() for p in parts]
+        paths = [Path(p).expanduser() for p in parts]
+        for i, path in enumerate(paths):  # a model is known by its directory's name
+            twin = next((other for other in paths[:i] if other.name == path.name), None)
+            if twin is not None:
+                raise ModelLoadError(
+                    f"models (TRANSDUCE_MODELS) names two directories called {path.name!r} ({twin} and {path}): "
+                    "a model is known by its directory's name; list each model once, or rename one"
+                )
+        return paths
     root = Path(parts[0]).expanduser()
     if not root.is_dir():
         raise ModelLoadError(

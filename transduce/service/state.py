@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from transduce.service.config import Settings
@@ -27,3 +28,8 @@ class AppState:
     reload_on_sighup: bool = False  # `transduce serve` with several models: SIGHUP rescans them
     ready: bool = False
     draining: bool = False
+    # draining (transduce.service.draining): when it began, the grace's end, the queues' stop
+    drain_started: float = 0.0
+    cut_off: asyncio.TimerHandle | None = None
+    stop_task: asyncio.Future[None] | None = None
+    fatal: str | None = None  # start-up found nothing to serve (every model failed): `transduce serve` exits with it

@@ -29,7 +29,7 @@ from transduce.service.config import Settings
 from transduce.service.detect import Detection, LanguageDetector
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
-from transduce.service.glossary import Terms, duplicate, fold, mask_text, matcher, merged, twice_text
+from transduce.service.glossary import Terms, duplicate, fold, mask_text, matcher, merged, server_terms, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
 from transduce.service.htmlunits import PLACEHOLDER
 from transduce.service.schemas import TranslateRequest
@@ -258,7 +258,7 @@ def _terms(
     through as it is)."""
     if source == req.target:
         return ()
-    terms = merged(settings.glossary.get((source, req.target), ()), req.glossary or ())
+    terms = merged(server_terms(settings.glossary, source, req.target), req.glossary or ())
     return kept_as_written(unknown(text), terms) if unknown is not None else terms
 
 

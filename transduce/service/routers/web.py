@@ -44,7 +44,8 @@ async def frontend_settings(state: StateDep) -> dict[str, Any]:
         "max_queue_items": settings.max_queue_items,
         "max_sentence_tokens": settings.max_sentence_tokens,
         "max_beam_size": settings.max_beam_size,
-        "max_alternatives": settings.max_alternatives,
+        # a beam of k keeps k - 1 alternatives: what a request can really get
+        "max_alternatives": min(settings.max_alternatives, settings.max_beam_size - 1),
         "no_repeat_ngram_size": settings.no_repeat_ngram_size,
         "max_file_bytes": settings.max_file_bytes,
         "max_file_chars": settings.max_file_chars,
