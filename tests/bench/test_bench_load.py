@@ -92,3 +92,11 @@ def test_arrival_fractions_must_be_positive_numbers() -> None:
     for bad in ("0", "-1", "nan", "inf", "fast"):
         with pytest.raises(ValueError, match="--arrivals takes positive numbers"):
             _fractions(bad)
+
+
+def test_a_service_that_cannot_start_says_why(tmp_path: Path) -> None:
+    """The service's log went to /dev/null: a minute later "did not become ready", and no reason."""
+    from transduce.bench.load import serve
+
+    with pytest.raises(RuntimeError, match=r"\(static\) did not become ready: transduce serve: .* does not exist"):
+        serve(str(tmp_path / "missing"), "static", 1)

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,18 +216,22 @@ def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[byt
         "TRANSDUCE_LOG_JSON": "false",
         "TRANSDUCE_CACHE_SIZE": "0",  # the workload repeats its sentences: measure decoding, not cache hits
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "transduce", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the service did not become ready")
+    with tempfile.TemporaryFile() as log:  # the service's log: its last line says why it stopped before it was ready
+        proc = subprocess.Popen([sys.executable, "-m", "transduce", "serve"], env=env, stdout=log, stderr=log)
+        for _ in range(600):
+            if proc.poll() is not None:
+                break
+            try:
+                if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+        log.seek(0)
+        last = (log.read().decode(errors="replace").strip().splitlines() or ["(nothing logged)"])[-1]
+    raise RuntimeError(f"the service ({mode}) did not become ready: {last}")
 
 
 def offline_throughput(model_dir: str, sentences: list[str], beam: int, threads: int) -> float:
