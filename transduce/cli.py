@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -94,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.error(f"unknown command {argv[0]!r} (choose from {', '.join(sorted(COMMANDS))})")
     name, rest = argv[0], argv[1:]
     module_name, text = COMMANDS[name]
+    if name == "serve":  # a SIGHUP while the server imports and loads must not stop it (serve_cli handles it later)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         module = importlib.import_module(module_name)
         parser = OneLineErrors(prog=f"transduce {name}", description=text, formatter_class=DefaultsOnce)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 WRITE_MARGIN_S = 5.0  # uvicorn's wait beyond the drain's grace: time to write the 503s of what the grace cut off
@@ -63,14 +64,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def _draining_server_class() -> type:
-    import contextlib
-    from collections.abc import Iterator
-
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
         """uvicorn re-raises SIGTERM after a graceful shutdown (exit -15); a drained shutdown here exits 0. The app's
-        drain (``transduce.service.main.drain``) starts with the shutdown, so the requests still running when the
+        drain (``transduce.service.draining.drain``) starts with the shutdown, so the requests still running when the
         grace ends are answered 503 before uvicorn's own deadline (``server_config``) cancels them as 500s."""
 
         def __init__(
@@ -171,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             f"transduce serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr
         )
         return 1
-    with sock:
+    with sock, _hangups_ignored():  # until the app handles SIGHUP: loading a model must not die of it
         configure_logging(settings.log_json, throttle_s=settings.log_throttle_s)
         _log_environment(settings)
         if settings.models:  # several models: scanned, and the first loaded, in the app's start-up
@@ -181,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
                 print(f"transduce serve: {exc}", file=sys.stderr)
                 return 1
             return _serve(create_app(settings=settings, reload_on_sighup=True), settings, sock)
-        ignore_hangups()  # from here on: a closed terminal or `systemctl reload` must not stop one model's server
         try:
             model_dir = resolve_model_dir(settings.model_dir)
             translator = load_translator(settings.model_copy(update={"model_dir": str(model_dir)}))
@@ -194,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
         if (problem := canary_problem(settings, translator)) is not None:
             print(f"transduce serve: invalid setting canary_text: {problem}", file=sys.stderr)
             return 2
-        return _serve(create_app(model_dir, settings, translator_factory=lambda _: translator), settings, sock)
+        app = create_app(model_dir, settings, translator_factory=lambda _: translator, reload_on_sighup=True)
+        return _serve(app, settings, sock)
 
 
 # TRANSDUCE_* variables read elsewhere than Settings (the shipped model's export, the training data)
@@ -233,17 +231,17 @@ def _log_environment(settings: Settings) -> None:
         log.warning("%s is not a setting, ignored%s", name, f" (did you mean {near[0]}?)" if near else "")
 
 
-def ignore_hangups() -> None:
-    """SIGHUP (a closed terminal, `systemctl reload`) is logged and ignored: it used to stop the server at once,
-    dropping accepted requests. Several models (``TRANSDUCE_MODELS``) have it rescan them instead."""
+@contextlib.contextmanager
+def _hangups_ignored() -> Iterator[None]:
+    """SIGHUP ignored (a closed terminal, `systemctl reload`: it stopped the server at once, dropping accepted
+    requests), then put back as it was; once serving, the app rescans its models on it or logs it."""
     import signal
 
-    def hangup(signum: int, frame: object) -> None:
-        logging.getLogger("transduce.service").warning(
-            "SIGHUP ignored: one model (model_dir) has nothing to rescan; restart to serve another"
-        )
-
-    signal.signal(signal.SIGHUP, hangup)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def enable_crash_traces() -> None:

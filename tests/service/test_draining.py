@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.harness import FakeTranslator, build_app, serve
+from tests.service.harness import FakeTranslator, build_app, build_models_app, serve
 from transduce.service.draining import drain, stop
 
 pytestmark = pytest.mark.anyio
@@ -65,3 +65,38 @@ async def test_a_drain_before_start_up_ends_still_stops_the_queue() -> None:
         queue = state.pipeline.queue
     assert queue.closed
     await stop(state)  # twice: nothing more to do
+
+
+async def test_a_request_that_reaches_the_app_during_the_grace_is_served() -> None:
+    """A body still arriving when SIGTERM came (the draining flag refused it at once, 503 after 0.4 s of 30 s)."""
+    async with serve(FakeTranslator(), shutdown_grace_s=0.5) as (client, app):
+        drain(app.state.transduce)
+        during = await client.post("/translate", json={"q": "Hello world.", "source": "en", "target": "de"})
+        assert (await client.get("/health/ready")).status_code == 503  # readiness says it is going
+        await asyncio.sleep(0.6)
+        after = await client.post("/translate", json={"q": "Hello world.", "source": "en", "target": "de"})
+    assert during.status_code == 200, during.text
+    assert after.status_code == 503 and after.json() == {"error": "server is shutting down"}
+
+
+async def test_a_drain_before_several_models_start_lets_them_start(models_dir: Any) -> None:
+    """The pool's queues were stopped before its first model loaded: start-up failed with BatcherClosedError."""
+    app = build_models_app(models_dir, shutdown_grace_s=0)
+    state = app.state.transduce
+    drain(state)
+    await asyncio.sleep(0.01)
+    async with app.router.lifespan_context(app):
+        assert state.started and not state.ready
+    await stop(state)
+
+
+def test_sighup_is_ignored_while_serve_starts() -> None:
+    """Before the app handles SIGHUP (a model loading), its default action stopped the server."""
+    import signal
+
+    from transduce.serve_cli import _hangups_ignored
+
+    before = signal.getsignal(signal.SIGHUP)
+    with _hangups_ignored():
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGHUP) == before

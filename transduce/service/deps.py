@@ -22,10 +22,11 @@ StateDep = Annotated[AppState, Depends(get_state)]
 
 
 def get_pipeline(state: StateDep) -> PipelineLike:
-    """The pipeline, or 503 while starting up or shutting down."""
-    if state.draining:
+    """The pipeline, or 503 while starting up or once the queues have stopped. While draining it still serves the
+    requests already accepted (uvicorn takes no new ones): a body still arriving, a file between its stages."""
+    if state.stop_task is not None:
         raise ApiError(503, "server is shutting down", {"Retry-After": "5"})
-    if state.pipeline is None or not state.ready:
+    if state.pipeline is None or not (state.ready or state.draining):
         raise ApiError(503, "model is still loading", {"Retry-After": "2"})
     return state.pipeline
 

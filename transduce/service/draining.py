@@ -25,6 +25,8 @@ def drain(state: AppState) -> None:
         return
     state.ready, state.draining = False, True
     state.drain_started = time.monotonic()
+    if state.pool is not None and state.started:  # no model starts loading now: it would outlive the grace
+        state.pool.closing = True
     grace = state.settings.shutdown_grace_s
     log.info("draining: finishing accepted requests (up to %g s)", grace)
     state.cut_off = asyncio.get_running_loop().call_later(grace, _stop_queues, state, 0.0)
@@ -42,9 +44,9 @@ async def stop(state: AppState) -> None:
 
 
 def _stop_queues(state: AppState, timeout: float) -> asyncio.Future[None] | None:
-    """Stop every queue (once): what is not finished within ``timeout`` is answered 503. None while still starting:
-    nothing to stop yet (the lifespan's end stops what the start-up made)."""
-    if state.stop_task is None:
+    """Stop every queue (once): what is not finished within ``timeout`` is answered 503. None before the start-up has
+    ended: nothing to stop yet (the lifespan's end stops what the start-up made)."""
+    if state.stop_task is None and state.started:
         if state.pool is not None:
             state.stop_task = asyncio.ensure_future(state.pool.stop(timeout))
         elif isinstance(state.pipeline, TranslationPipeline):

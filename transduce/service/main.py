@@ -91,10 +91,20 @@ async def _serve_model(state: AppState) -> AsyncIterator[None]:
         translator.provider,
     )
     _log_glossary(settings, translator.pairs)
-    state.ready = not state.draining
+    state.started, state.ready = True, not state.draining
+    loop = asyncio.get_running_loop()
+    if state.reload_on_sighup:  # under `transduce serve`: a closed terminal or `systemctl reload` must not stop it
+
+        def on_hangup() -> None:
+            log.warning("SIGHUP ignored: one model (model_dir) has nothing to rescan; restart to serve another")
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
         yield
     finally:
+        if state.reload_on_sighup:
+            loop.remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # ignored to the end, as before the loop ran
         await draining.stop(state)
         log.info("stopped")
 
@@ -115,7 +125,7 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
     _log_glossary(settings, pool.routes.pairs)
     if pool.entries and all(e.state == "failed" for e in pool.entries.values()):
         state.fatal = pool.readiness()  # a server that can never serve: stop (`transduce serve` exits 1)
-    state.ready = not state.draining
+    state.started, state.ready = True, not state.draining
     loop = asyncio.get_running_loop()
     if state.reload_on_sighup:
         reloads: set[asyncio.Task[Any]] = set()
@@ -137,6 +147,7 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
     finally:
         if state.reload_on_sighup:
             loop.remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # ignored to the end, as before the loop ran
         await draining.stop(state)
         log.info("stopped")
 
@@ -174,7 +185,8 @@ def create_app(
 
     The model loads in the lifespan. ``translator_factory`` replaces loading the engine (tests and embedders pass
     their own); without it a model directory is required. With several models, ``model_loader`` replaces loading
-    each directory's engine, and ``reload_on_sighup`` makes SIGHUP rescan them. ``uvicorn --factory
+    each directory's engine, and ``reload_on_sighup`` (``transduce serve``, on the main thread) makes SIGHUP rescan
+    them, or with one model log and ignore it. ``uvicorn --factory
     transduce.service.main:create_app`` serves what TRANSDUCE_MODEL_DIR or TRANSDUCE_MODELS names."""
     settings = settings or Settings()
     if model_dir is not None:

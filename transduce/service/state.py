@@ -25,7 +25,8 @@ class AppState:
     window: LatencyWindow = field(default_factory=LatencyWindow)
     pipeline: PipelineLike | None = None
     pool: ModelPool | None = None
-    reload_on_sighup: bool = False  # `transduce serve` with several models: SIGHUP rescans them
+    reload_on_sighup: bool = False  # `transduce serve`: SIGHUP rescans several models (one: logged and ignored)
+    started: bool = False  # the lifespan's start-up has ended (ready unless draining)
     ready: bool = False
     draining: bool = False
     # draining (transduce.service.draining): when it began, the grace's end, the queues' stop
