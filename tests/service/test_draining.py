@@ -4,7 +4,9 @@ its end is answered 503; a drain that starts before start-up ends leaves no queu
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,9 +81,11 @@ async def test_a_request_that_reaches_the_app_during_the_grace_is_served() -> No
     assert after.status_code == 503 and after.json() == {"error": "server is shutting down"}
 
 
-async def test_a_drain_before_several_models_start_lets_them_start(models_dir: Any) -> None:
+async def test_a_drain_before_several_models_start_lets_them_start(tiny_model_dir: Path, tmp_path: Path) -> None:
     """The pool's queues were stopped before its first model loaded: start-up failed with BatcherClosedError."""
-    app = build_models_app(models_dir, shutdown_grace_s=0)
+    for name in ("a", "b"):
+        shutil.copytree(tiny_model_dir, tmp_path / "models" / name)
+    app = build_models_app(tmp_path / "models", shutdown_grace_s=0)
     state = app.state.transduce
     drain(state)
     await asyncio.sleep(0.01)
