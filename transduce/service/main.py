@@ -8,8 +8,8 @@ import logging
 import signal
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,19 +92,14 @@ async def _serve_model(state: AppState) -> AsyncIterator[None]:
     )
     _log_glossary(settings, translator.pairs)
     state.started, state.ready = True, not state.draining
-    loop = asyncio.get_running_loop()
-    if state.reload_on_sighup:  # under `transduce serve`: a closed terminal or `systemctl reload` must not stop it
 
-        def on_hangup() -> None:
-            log.warning("SIGHUP ignored: one model (model_dir) has nothing to rescan; restart to serve another")
+    def on_hangup() -> None:  # a closed terminal or `systemctl reload` must not stop it
+        log.warning("SIGHUP ignored: one model (model_dir) has nothing to rescan; restart to serve another")
 
-        loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
-        yield
+        with _hangups(state, on_hangup):
+            yield
     finally:
-        if state.reload_on_sighup:
-            loop.remove_signal_handler(signal.SIGHUP)
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # ignored to the end, as before the loop ran
         await draining.stop(state)
         log.info("stopped")
 
@@ -127,29 +122,41 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
         state.fatal = pool.readiness()  # a server that can never serve: stop (`transduce serve` exits 1)
     state.started, state.ready = True, not state.draining
     loop = asyncio.get_running_loop()
-    if state.reload_on_sighup:
-        reloads: set[asyncio.Task[Any]] = set()
+    reloads: set[asyncio.Task[Any]] = set()
 
-        async def reload() -> None:
-            try:
-                await pool.reload()
-            except ModelLoadError as exc:  # e.g. the models directory is gone: the models loaded go on serving
-                log.error("SIGHUP: models not reloaded: %s", exc)
+    async def reload() -> None:
+        try:
+            await pool.reload()
+        except ModelLoadError as exc:  # e.g. the models directory is gone: the models loaded go on serving
+            log.error("SIGHUP: models not reloaded: %s", exc)
 
-        def on_hangup() -> None:
-            task = loop.create_task(reload(), name="transduce-reload")
-            reloads.add(task)
-            task.add_done_callback(reloads.discard)
+    def on_hangup() -> None:
+        task = loop.create_task(reload(), name="transduce-reload")
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
 
-        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    try:
+        with _hangups(state, on_hangup):
+            yield
+    finally:
+        await draining.stop(state)
+        log.info("stopped")
+
+
+@contextmanager
+def _hangups(state: AppState, on_hangup: Callable[[], None]) -> Iterator[None]:
+    """Under `transduce serve` (``reload_on_sighup``, the main thread's loop): SIGHUP calls ``on_hangup`` while
+    serving, and is ignored after, to the end, as it was before the loop ran."""
+    if not state.reload_on_sighup:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
         yield
     finally:
-        if state.reload_on_sighup:
-            loop.remove_signal_handler(signal.SIGHUP)
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # ignored to the end, as before the loop ran
-        await draining.stop(state)
-        log.info("stopped")
+        loop.remove_signal_handler(signal.SIGHUP)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _log_glossary(settings: Settings, pairs: list[tuple[str, str]]) -> None:
