@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from transduce.engine.errors import InputTooLongError
 from transduce.service.config import Settings
@@ -81,7 +81,6 @@ class TranslationJob:
 AUTO = "auto"
 
 
-@runtime_checkable
 class RoutedCounting(Protocol):
     """A translator in front of several models (``routing.RoutingTranslator``): a sentence is counted by the tokenizer
     of the model its pair is routed to, against that model's limit."""
@@ -123,8 +122,9 @@ def validate_request(
         _masked(html[i] if html is not None else text, _terms(req, settings, source, plain[i], unknown))
         for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
     )
+    counters = {source: _counter(translator, source, req.target) for source in set(sources)}
     tokens = tuple(
-        tuple(_count_tokens(s, settings, _counter(translator, source, req.target)) for s in item.sentences)
+        tuple(_count_tokens(s, settings, counters[source]) for s in item.sentences)
         for item, source in zip(items, sources, strict=True)
     )
     return TranslationJob(
@@ -278,8 +278,10 @@ def _masked(item: str | HtmlItem, terms: Terms) -> Item:
 
 def _counter(translator: TranslatorLike, source: str, target: str) -> tuple[Callable[[str], int], int]:
     """How to count a sentence of ``source`` translated into ``target``, and the model's limit."""
-    if isinstance(translator, RoutedCounting):
-        return translator.counter_for(source, target)
+    counter_for = getattr(translator, "counter_for", None)  # RoutedCounting (a Protocol isinstance is slow)
+    if counter_for is not None:
+        counted: tuple[Callable[[str], int], int] = counter_for(source, target)
+        return counted
     return translator.count_tokens, translator.max_source_tokens
 
 
