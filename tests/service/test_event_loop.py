@@ -85,18 +85,77 @@ async def test_a_translation_left_by_its_client_is_cancelled_in_the_request_task
     assert cancelled.is_set() and not task.cancelled() and task.cancelling() == 0  # the 499 is answered normally
 
 
-async def test_a_client_gone_after_its_answer_cancels_nothing() -> None:
+async def test_a_client_gone_as_the_answer_comes_cancels_nothing() -> None:
+    """The watcher ends (the client hung up) in the loop pass where ``work`` returns: its callback, already queued,
+    must not cancel the task that is now writing the answer."""
     over, gone = asyncio.Event(), asyncio.Event()
 
     async def work() -> str:
+        gone.set()
+        await asyncio.sleep(0)  # the watcher returns now; ``work`` on the same pass
         return "done"
 
-    async def handler() -> str:
+    async def handler() -> tuple[str, int]:
         answer = await until_disconnect(Hanging(gone), work())  # type: ignore[arg-type]
-        gone.set()  # as uvicorn says once the response is written
-        await asyncio.sleep(0.05)  # writing the response: the watcher's end must not cancel it
+        await asyncio.sleep(0.05)  # writing the response
         over.set()
-        return answer
+        task = asyncio.current_task()
+        return answer, task.cancelling() if task is not None else -1
 
-    assert await asyncio.wait_for(handler(), 5) == "done"
+    assert await asyncio.wait_for(handler(), 5) == ("done", 0)
     assert over.is_set()
+
+
+async def test_a_server_cancelling_at_the_hang_up_is_not_answered_499() -> None:
+    """The client hangs up and the server cancels the request (its shutdown deadline) in the same loop pass: the
+    task ends cancelled, as the server asked, not with a 499 that swallows the server's cancellation."""
+    started, gone = asyncio.Event(), asyncio.Event()
+    handler_task: list[asyncio.Task[object]] = []
+
+    class HangingThenCancelled(Hanging):
+        async def receive(self) -> Message:
+            message = await super().receive()
+            asyncio.get_running_loop().call_soon(handler_task[0].cancel)  # before the watcher's callback runs
+            return message
+
+    async def work() -> str:
+        started.set()
+        await asyncio.sleep(30)
+        return "done"
+
+    async def handler() -> object:
+        try:
+            return await until_disconnect(HangingThenCancelled(gone), work())  # type: ignore[arg-type]
+        except Exception as exc:
+            return getattr(exc, "status", exc)
+
+    handler_task.append(asyncio.create_task(handler()))
+    await started.wait()
+    gone.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(handler_task[0], 5)
+    assert handler_task[0].cancelled()
+
+
+async def test_a_hang_up_that_work_absorbs_leaves_the_task_uncancelled() -> None:
+    """``work`` catches the watcher's cancellation and returns (as asyncio.wait_for does when its result is already
+    there): the answer goes out and the task is not left marked as cancelled."""
+    started, gone = asyncio.Event(), asyncio.Event()
+
+    async def work() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "finished anyway"
+        return "done"
+
+    async def handler() -> tuple[str, int]:
+        answer = await until_disconnect(Hanging(gone), work())  # type: ignore[arg-type]
+        task = asyncio.current_task()
+        return answer, task.cancelling() if task is not None else -1
+
+    task = asyncio.create_task(handler())
+    await started.wait()
+    gone.set()
+    assert await asyncio.wait_for(task, 5) == ("finished anyway", 0)

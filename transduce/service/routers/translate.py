@@ -55,7 +55,7 @@ async def until_disconnect(request: Request, work: Coroutine[Any, Any, T]) -> T:
     the request's own task, which the watcher cancels (one task per request fewer than awaiting both)."""
     task = asyncio.current_task()
     assert task is not None
-    gone = over = False
+    gone = over = False  # the watcher cancelled the task; the function is done (the answer is being written)
 
     def on_gone(watcher: asyncio.Future[None]) -> None:
         nonlocal gone
@@ -70,11 +70,15 @@ async def until_disconnect(request: Request, work: Coroutine[Any, Any, T]) -> T:
     except asyncio.CancelledError:
         if not gone:
             raise
-        task.uncancel()
+        gone = False  # the watcher's cancellation, taken back here
+        if task.uncancel() > 0:  # someone else cancelled the task too (shutdown, a timeout around it): theirs stands
+            raise
         raise ApiError(499, "client closed the request") from None
     finally:
-        over = True  # a watcher that ends from here on (the response is being written) cancels nothing
+        over = True  # a watcher that ends from here on cancels nothing
         watcher.cancel()
+        if gone:  # the watcher's cancellation came while ``work`` was finishing, and it absorbed it (wait_for
+            task.uncancel()  # returns a result that is already there): the task is not left marked as cancelled
 
 
 async def _disconnected(request: Request) -> None:
