@@ -305,3 +305,35 @@ def test_the_readme_example_works(tiny_model_dir: Path, tiny_fr_model_dir: Path,
     assert translated["pivot"] == "en" and len(translated["alternatives"]) == 1
     assert {m["name"] for m in ready["models"]} == {"en-de", "en-fr"}
     assert reloaded["unchanged"] == ["en-de", "en-fr"]
+
+
+async def test_the_pools_stop_keeps_to_one_deadline(tmp_path: Path) -> None:
+    """A load that never ends, a queue that drains to its timeout and a task that never ends: stop(timeout) returns
+    after about ``timeout`` in all, not after each stage's."""
+    from types import SimpleNamespace
+
+    from transduce.service.model_metrics import ModelMetrics
+    from transduce.service.models import ModelPool
+    from transduce.service.observability import LatencyWindow, Metrics
+
+    metrics = Metrics()
+    pool = ModelPool(
+        Settings(models=str(tmp_path)), metrics, LatencyWindow(), ModelMetrics(metrics.registry), load_model_dir
+    )
+    asked: list[float] = []
+
+    class SlowQueue:
+        async def stop(self, *, drain: bool, timeout: float) -> None:
+            asked.append(timeout)
+            await asyncio.sleep(timeout)
+
+    never = asyncio.get_running_loop().create_future()
+    pool.entries = {"a": SimpleNamespace(loading=never, pipeline=SimpleNamespace(queue=SlowQueue()))}  # type: ignore[dict-item]
+    task = asyncio.ensure_future(asyncio.sleep(60))
+    pool._tasks.add(task)
+    started = time.monotonic()
+    await pool.stop(0.6)
+    took = time.monotonic() - started
+    task.cancel()
+    assert pool.closing and took < 1.0, took  # each stage given the whole 0.6 s took 1.8 s
+    assert len(asked) == 1 and asked[0] < 0.1  # the load used the time: the queue got what was left

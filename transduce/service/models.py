@@ -97,15 +97,21 @@ class ModelPool:
                     break
 
     async def stop(self, timeout: float) -> None:
-        """Refuse new loads, let running ones end, drain every loaded model's queue (within ``timeout``)."""
+        """Refuse new loads, let running ones end, drain every loaded model's queue, all within ``timeout`` seconds
+        (one deadline: each stage gets what the ones before it left)."""
         self.closing = True
+        end = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, end - time.monotonic())
+
         loading = [e.loading for e in self.entries.values() if e.loading is not None]
         if loading:
-            await asyncio.wait(loading, timeout=timeout)
+            await asyncio.wait(loading, timeout=left())
         pipelines = [e.pipeline for e in (*self.entries.values(), *self.retiring) if e.pipeline is not None]
-        await asyncio.gather(*(p.queue.stop(drain=True, timeout=timeout) for p in pipelines))
+        await asyncio.gather(*(p.queue.stop(drain=True, timeout=left()) for p in pipelines))
         if self._tasks:
-            await asyncio.wait(self._tasks, timeout=timeout)
+            await asyncio.wait(self._tasks, timeout=left())
 
     def readiness(self) -> str | None:
         """None when the server can serve (the scan is done and some model is not failed), else why not."""
