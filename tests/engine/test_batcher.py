@@ -12,14 +12,8 @@ from typing import Any
 
 import pytest
 
-from transduce.engine.batcher import (
-    BatcherClosedError,
-    BatcherConfig,
-    BatchStats,
-    DeadlineExceededError,
-    DynamicBatcher,
-    QueueFullError,
-)
+from transduce.engine.batcher import BatcherConfig, BatchStats, DynamicBatcher
+from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, QueueFullError
 
 pytestmark = pytest.mark.timeout(30)
 

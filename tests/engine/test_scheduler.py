@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
+from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.options import (
     TOKENS_IN_FLIGHT_CPU,
     TOKENS_IN_FLIGHT_CUDA,

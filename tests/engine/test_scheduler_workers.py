@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.engine.test_scheduler import DE, EN, joins_and_leaves_match_standalone, running, standalone, wait_for
-from transduce.engine.batcher import BatcherClosedError
+from transduce.engine.errors import BatcherClosedError
 from transduce.engine.options import DecodeOptions, SchedulerConfig
 from transduce.engine.runner import DecoderState
 from transduce.engine.scheduler import StepScheduler

@@ -13,38 +13,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, cast
 
+from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.options import MAX_BATCH_SIZE, MAX_QUEUE_ITEMS
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
 
-Deliver = Callable[[int, R], None]  # process() hands the result of its i-th item over before the batch ends
+Deliver = Callable[
+    [int, R], None
+]  # process() hands the result of its i-th item over before the batch ends (a Delivery)
 
 log = logging.getLogger("transduce.batcher")
-
-
-class QueueFullError(Exception):
-    """The queue has no room for the request's items (the service answers 503 with Retry-After)."""
-
-
-class DeadlineExceededError(Exception):
-    """The request's deadline passed before its items were processed (504)."""
-
-
-class RequestTooLargeError(ValueError):
-    """A request with more items than the queue can ever hold (the service answers 413)."""
-
-    def __init__(self, items: int, limit: int) -> None:
-        super().__init__(
-            f"a request of {items} items can never fit the queue (max_queue_items={limit}); "
-            "split it or raise max_queue_items"
-        )
-        self.items, self.limit = items, limit
-
-
-class BatcherClosedError(Exception):
-    """The batcher is not running (not started, stopping or stopped) and takes no new work (503)."""
 
 
 @dataclass(frozen=True)
@@ -118,12 +98,47 @@ class _Item(Generic[K, T, R]):
     turn: int = 0  # the turn it is served in (see _in_turns)
 
 
+class Delivery(Generic[K, T, R]):
+    """What ``process`` gets as ``deliver``: call it with ``(i, result)`` (from the worker thread) as item ``i`` is
+    done; ``abandoned()`` lists the items nobody waits for any more (client gone, deadline passed, request failed),
+    which ``process`` may stop working on: their results are ignored, delivered or returned."""
+
+    def __init__(self, batch: list[_Item[K, T, R]], loop: asyncio.AbstractEventLoop) -> None:
+        self.batch, self.loop = batch, loop
+        self.delivered: set[int] = set()  # touched on the loop's thread only
+        self.given_up: set[int] = set()  # what abandoned() said (the worker's thread adds, the loop's reads)
+
+    def __call__(self, i: int, result: R) -> None:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.batch):
+            raise ValueError(f"deliver() got item index {i!r}; the batch has items 0 to {len(self.batch) - 1}")
+        self.loop.call_soon_threadsafe(self.hand_over, i, result)
+
+    def hand_over(self, i: int, result: R) -> None:
+        """On the loop: item ``i``'s result to its request (once; never for an item given up)."""
+        if i not in self.delivered and i not in self.given_up:
+            self.delivered.add(i)
+            self.batch[i].request.deliver(self.batch[i].index, result)
+
+    def abandoned(self) -> list[int]:
+        """Items whose request is over: ended on the loop (cancelled, timed out, failed) or past its deadline (the
+        loop's timeout may not have fired yet). Read from the worker's thread: ``future.done()`` is one attribute."""
+        now = time.monotonic()
+        out = [
+            i
+            for i, item in enumerate(self.batch)
+            if item.request.future.done() or (item.request.deadline is not None and item.request.deadline <= now)
+        ]
+        self.given_up.update(out)
+        return out
+
+
 class DynamicBatcher(Generic[K, T, R]):
     """Merges items of concurrent requests into engine calls of ``process(key, items, deliver) -> results``.
 
     ``process`` may call ``deliver(i, result)`` (from its worker thread) as soon as item ``i`` is done: a request
-    whose items are all delivered is answered then, not when the rest of the batch is. It still returns one result
-    per item, in order; those of items already delivered are ignored."""
+    whose items are all delivered is answered then, not when the rest of the batch is; ``deliver.abandoned()``
+    (``Delivery``) says which items nobody waits for any more. It still returns one result per item, in order; those
+    of items already delivered or abandoned are ignored."""
 
     def __init__(
         self,
@@ -346,18 +361,7 @@ class DynamicBatcher(Generic[K, T, R]):
         self._running.append(batch)
         ok = True
         loop = asyncio.get_running_loop()
-        delivered: set[int] = set()  # touched on the loop's thread only
-
-        def hand_over(i: int, result: R) -> None:
-            if i not in delivered:
-                delivered.add(i)
-                batch[i].request.deliver(batch[i].index, result)
-
-        def deliver(i: int, result: R) -> None:  # called in the worker thread
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(batch):
-                raise ValueError(f"deliver() got item index {i!r}; the batch has items 0 to {len(batch) - 1}")
-            loop.call_soon_threadsafe(hand_over, i, result)
-
+        deliver = Delivery(batch, loop)
         try:
             results = await loop.run_in_executor(self._executor, self.process, key, inputs, deliver)
             if len(results) != len(inputs):
@@ -374,7 +378,7 @@ class DynamicBatcher(Generic[K, T, R]):
             self._drop(failed)  # their items in later batches are not processed
         else:
             for i, result in enumerate(results):
-                hand_over(i, result)
+                deliver.hand_over(i, result)
         self._running = [b for b in self._running if b is not batch]
         if self.on_batch is not None:
             stats = BatchStats(

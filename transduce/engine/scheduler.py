@@ -20,8 +20,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.denormals import flushing_denormals
+from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.running import Job, RunningBatch

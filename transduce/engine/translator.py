@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -37,6 +37,7 @@ class TranslationResult:
 
 
 OnResult = Callable[[int, TranslationResult], None]  # (input index, its result) as soon as that input is done
+Dropped = Callable[[], Collection[int]]  # polled between decoder steps: the inputs nobody waits for any more
 
 
 @dataclass
@@ -189,13 +190,16 @@ class Translator:
         target_lang: str,
         options: DecodeOptions = DEFAULT_OPTIONS,
         on_result: OnResult | None = None,
+        dropped: Dropped | None = None,
     ) -> list[TranslationResult]:
         """Translate sentences of ``source_lang`` into ``target_lang``; blank input gives "" and input without a letter
         (``has_letters``: "123", "---", control characters) itself without its surrounding whitespace, both without
         decoding.
 
         ``on_result(i, result)`` is called (on this thread) as soon as input ``i`` is translated, while the rest of
-        its batch may still decode; the returned list holds every result all the same."""
+        its batch may still decode; the returned list holds every result all the same. ``dropped()``, asked between
+        decoder steps, names inputs nobody waits for any more (a client gone): they leave the batch at once, with an
+        empty result (no hypotheses) and no ``on_result``; the others' outputs are unchanged."""
         self.check_pair(source_lang, target_lang)
         todo = [i for i, t in enumerate(texts) if has_letters(t)]
         k = options.num_hypotheses
@@ -203,7 +207,11 @@ class Translator:
         results: list[TranslationResult | None] = [TranslationResult([t.strip()] * k, [[]] * k, scores) for t in texts]
         encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
         early = None if on_result is None else (lambda j, result: on_result(todo[j], result))
-        for i, result in zip(todo, self.translate_batch(encoded, options=options, on_result=early), strict=True):
+        position = {i: j for j, i in enumerate(todo)}
+        gone = None if dropped is None else (lambda: [position[i] for i in dropped() if i in position])
+        for i, result in zip(
+            todo, self.translate_batch(encoded, options=options, on_result=early, dropped=gone), strict=True
+        ):
             results[i] = result
         return filled(results)
 
@@ -213,9 +221,10 @@ class Translator:
         *,
         options: DecodeOptions = DEFAULT_OPTIONS,
         on_result: OnResult | None = None,
+        dropped: Dropped | None = None,
     ) -> list[TranslationResult]:
         """Translate source id sequences (tag + pieces + eos); sorted by length and chunked to cut padding.
-        ``on_result``: as in ``translate``, with indices into ``source``."""
+        ``on_result``, ``dropped``: as in ``translate``, with indices into ``source``."""
         for seq in source:
             if len(seq) == 0:
                 raise ValueError("a source sequence is empty: it needs at least the eos id")
@@ -234,13 +243,15 @@ class Translator:
                     scores=[float(h.score) for h in hyps] if options.return_scores else [],
                 )
                 results[i] = result
-                if on_result is not None:
+                if on_result is not None and hyps:  # no hypotheses: dropped
                     on_result(i, result)
 
         for start in range(0, len(order), options.chunk_size):
             chunk = order[start : start + options.chunk_size]
             early = None if on_result is None else (lambda j, hyps, chunk=chunk: done(chunk[j], hyps))
-            for i, hyps in zip(chunk, self._decode_chunk([source[i] for i in chunk], options, early), strict=True):
+            gone = None if dropped is None else _in_chunk(dropped, chunk)
+            decoded = self._decode_chunk([source[i] for i in chunk], options, early, gone)
+            for i, hyps in zip(chunk, decoded, strict=True):
                 done(i, hyps)
         return filled(results)
 
@@ -249,12 +260,13 @@ class Translator:
         source: Sequence[Sequence[int]],
         options: DecodeOptions,
         on_finished: Callable[[int, list[Hypothesis]], None] | None = None,
+        dropped: Dropped | None = None,
     ) -> list[list[Hypothesis]]:
         """Encode once, then step the decoder until the search is done, on a free replica."""
         runner = self._free.get()  # blocks while every replica is busy
         try:
             with flushing_denormals():  # masked scores' exp() underflows: microcode assists on x86 (engine.denormals)
-                return self._decode_on(runner, source, options, on_finished)
+                return self._decode_on(runner, source, options, on_finished, dropped)
         finally:
             self._free.put(runner)
 
@@ -264,9 +276,11 @@ class Translator:
         source: Sequence[Sequence[int]],
         options: DecodeOptions,
         on_finished: Callable[[int, list[Hypothesis]], None] | None = None,
+        dropped: Dropped | None = None,
     ) -> list[list[Hypothesis]]:
         """Encode once, then step the decoder until the search is done; finished rows leave the batch.
-        ``on_finished(i, hypotheses)`` as each sentence ends, before the others of the batch do."""
+        ``on_finished(i, hypotheses)`` as each sentence ends, before the others of the batch do; the sentences
+        ``dropped()`` names leave between steps, with no hypotheses."""
         m = self.manifest
         S = max(len(s) for s in source)
         ids = np.full((len(source), S), m.pad_id, dtype=np.int64)
@@ -292,6 +306,7 @@ class Translator:
         # caches are then gathered once, not at every step where a sentence ends (greedy b32 1.03-1.08x)
         defer = runner.defers_compaction and isinstance(search, GreedySearch)  # rows only leave, in order
         kept: np.ndarray | None = None  # once a row finished: the state row of each of the search's rows, ascending
+        gone: set[int] = set()  # sentences dropped so far
         while not search.is_done():
             log_probs = runner.step(tokens if kept is None else _spread(tokens, kept, state.rows, m.eos_id), state)
             # (R, V or C) -> tokens, parents; the kept rows' log-probs are a copy (small: a quarter of rows at most go)
@@ -299,21 +314,30 @@ class Translator:
             steps += 1
             if search.is_done():
                 break
+            parent_rows, parent_sentences, next_tokens = out.parent_rows, out.parent_sentences, out.tokens
+            if dropped is not None and (now_gone := [i for i in dropped() if i not in gone]):
+                gone.update(now_gone)
+                keep_rows, keep_sentences = search.drop(now_gone)
+                parent_rows, next_tokens = parent_rows[keep_rows], next_tokens[keep_rows]
+                parent_sentences = parent_sentences[keep_sentences]
+                if search.is_done():
+                    break
+            reordered = out.reordered or len(parent_rows) < len(out.parent_rows)
             if on_finished is not None:  # the last step's sentences come back with the batch's result
                 for i, hyps in search.take_finished():
                     on_finished(i, hyps if vocab is None else _in_vocabulary(hyps, vocab))
-            if out.reordered and defer:  # the gather can wait
-                kept = out.parent_rows if kept is None else kept[out.parent_rows]
+            if reordered and defer:  # the gather can wait
+                kept = parent_rows if kept is None else kept[parent_rows]
                 if (state.rows - len(kept)) * 4 >= state.rows:
                     runner.reorder(state, kept, kept)  # greedy: one row per sentence
                     kept = None
-            elif out.reordered:
+            elif reordered:
                 runner.reorder(
                     state,
-                    unless_identity(out.parent_rows, len(tokens)),
-                    unless_identity(out.parent_sentences, len(state.encoder_mask)),
+                    unless_identity(parent_rows, len(tokens)),
+                    unless_identity(parent_sentences, len(state.encoder_mask)),
                 )
-            tokens = out.tokens if vocab is None else vocab[out.tokens]
+            tokens = next_tokens if vocab is None else vocab[next_tokens]
         hypotheses = search.finalize()
         if vocab is not None:
             hypotheses = [_in_vocabulary(hyps, vocab) for hyps in hypotheses]
@@ -325,6 +349,12 @@ class Translator:
             self.stats.decoder_steps += steps
             self.stats.generated_tokens += sum(len(h[0].tokens) + 1 for h in hypotheses if h)
         return hypotheses
+
+
+def _in_chunk(dropped: Dropped, chunk: list[int]) -> Dropped:
+    """``dropped`` (indices into a translate_batch's sources) as positions in ``chunk`` (a list of those indices)."""
+    position = {i: j for j, i in enumerate(chunk)}
+    return lambda: [position[i] for i in dropped() if i in position]
 
 
 def _spread(tokens: np.ndarray, kept: np.ndarray, rows: int, filler: int) -> np.ndarray:

@@ -10,8 +10,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from transduce.engine.batcher import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
-from transduce.engine.errors import InputTooLongError, UnsupportedLanguageError
+from transduce.engine.errors import (
+    BatcherClosedError,
+    DeadlineExceededError,
+    InputTooLongError,
+    QueueFullError,
+    RequestTooLargeError,
+    UnsupportedLanguageError,
+)
 from transduce.service.field_errors import validation_message
 
 log = logging.getLogger("transduce.service")

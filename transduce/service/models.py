@@ -30,8 +30,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from transduce.engine.batcher import BatcherClosedError
-from transduce.engine.errors import ModelLoadError
+from transduce.engine.errors import BatcherClosedError, ModelLoadError
 from transduce.engine.heap import give_memory_back
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike

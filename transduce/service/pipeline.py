@@ -14,7 +14,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any, Protocol, TypeVar
 
-from transduce.engine.batcher import BatcherConfig, BatchStats, Deliver, DynamicBatcher, RequestTooLargeError
+from transduce.engine.batcher import BatcherConfig, BatchStats, Deliver, Delivery, DynamicBatcher
+from transduce.engine.errors import RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig, sentence_cost
 from transduce.engine.scheduler import StepScheduler, StepStats, Timed
 from transduce.engine.text import has_letters
@@ -122,6 +123,8 @@ class StaticBatching:
         early: dict[str, Any] = {}  # a translator without early results (the tests' fakes): all at the batch's end
         if isinstance(self.translator, Translator):
             early["on_result"] = lambda i, r: deliver(i, Timed(r, started, time.monotonic()))
+            if isinstance(deliver, Delivery):  # a client gone or a deadline passed: its sentences leave the batch
+                early["dropped"] = deliver.abandoned
         texts = [t for t, _ in items]
         results = self.translator.translate(texts, source_lang=source, target_lang=target, options=options, **early)
         finished = time.monotonic()
