@@ -29,6 +29,10 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
+from transduce.service.htmlkept import children as _children
+from transduce.service.htmlkept import comment_html as _comment
+from transduce.service.htmlkept import fragment_nodes as _top_nodes
+from transduce.service.htmlkept import kept_html
 from transduce.service.htmlnodes import Atom, AttrSlot, Inline, Node, Tag, Term
 from transduce.service.htmlunits import Unit
 
@@ -55,20 +59,13 @@ KEPT_BLOCK = _names("pre listing xmp plaintext")
 TRANSLATED_ATTRIBUTES = frozenset(("title", "alt", "placeholder", "aria-label"))
 _HANDLE = re.compile(r"[@#]\S+|(?:https?://|www\.)\S+|\S+@\S+\.\w+")  # a mention, hashtag, URL or e-mail address
 _DOCUMENT = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
+_DOCTYPE = re.compile(r"\s*(?:<!--.*?-->\s*)*(<!doctype\b[^>]*>)", re.IGNORECASE | re.DOTALL)  # up to its first >
 _XML_PROLOG = re.compile(r"\s*<\?xml\b[^>]*\?>\s*", re.IGNORECASE)  # an XHTML file's first line: kept as written
 # the HTML parser drops a newline right after these start tags, and Lexbor's serialiser does not write the one the
 # HTML Standard's serialisation adds back ("<pre>\n\nfoo" came back as "<pre>\nfoo", one blank line fewer)
 _NEWLINE_DROPPED = re.compile(r"^(<(?:pre|listing|textarea)(?=[\s/>])[^>]*>)(?=\n)", re.IGNORECASE)
 _ENCODING = re.compile(r"""(\bencoding\s*=\s*["'])([^"']*)(["'])""")  # of an XML declaration
 _CHARSET = re.compile(r"(charset\s*=\s*)([\w.:-]+)()", re.IGNORECASE)  # in a Content-Type meta's content
-
-
-def _children(node: LexborNode) -> list[LexborNode]:
-    out, child = [], node.child
-    while child is not None:
-        out.append(child)
-        child = child.next
-    return out
 
 
 def _translate_no(node: LexborNode) -> bool:
@@ -248,27 +245,6 @@ class _Builder:
         return Inline(tag, [self.inline(child, depth + 1) for child in _children(node)])
 
 
-def _comment(html: str) -> str:
-    """A comment as serialized, with ``<`` and ``>`` in its text escaped if they could end it early (the parser never
-    makes such a comment, but a comment is the one place the serializer writes text unescaped)."""
-    inner = html[4:-3] if html.startswith("<!--") and html.endswith("-->") else html
-    if "--" in inner or inner.startswith((">", "->")) or inner.endswith("<!-") or not html.startswith("<!--"):
-        inner = inner.replace("<", "&lt;").replace(">", "&gt;")
-    return f"<!--{inner}-->"
-
-
-def _top_nodes(parser: LexborHTMLParser) -> list[LexborNode]:
-    """A fragment's top-level nodes. (Lexbor's ``root`` of a fragment serializes the whole fragment as its ``html``,
-    so the first node is taken again through its sibling where it has one.)"""
-    nodes, node = [], parser.root
-    while node is not None:
-        nodes.append(node)
-        node = node.next
-    if len(nodes) > 1 and nodes[1].prev is not None:
-        nodes[0] = nodes[1].prev
-    return nodes
-
-
 def _declare_utf8(parser: LexborHTMLParser) -> None:
     """Every ``<meta charset>`` and ``<meta http-equiv=Content-Type content>`` of the page says utf-8 (elements
     only: text in scripts, comments or other attributes is never touched)."""
@@ -291,9 +267,10 @@ def _utf8_named(match: re.Match[str]) -> str:
 
 
 def outer_html(node: LexborNode) -> str:
-    """``node`` serialised; a ``<pre>``, ``<listing>`` or ``<textarea>`` whose content starts with a newline with
-    the one the parser drops after its start tag written back (not those nested in it: rare)."""
-    return _NEWLINE_DROPPED.sub(r"\1\n", node.html or "", count=1)
+    """``node`` serialised so that it parses back into the same tree (``htmlkept``); a ``<pre>``, ``<listing>`` or
+    ``<textarea>`` whose content starts with a newline with the one the parser drops after its start tag written
+    back (not those nested in it: rare)."""
+    return _NEWLINE_DROPPED.sub(r"\1\n", kept_html(node, node.html or "", VOID), count=1)
 
 
 def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
@@ -317,9 +294,12 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
             _declare_utf8(parser)
         root = parser.root
         document = root.parent if root is not None else None
+        doctype = _DOCTYPE.match(text)
         for node in _children(document) if document is not None else []:
             if node.is_element_node:
                 builder.block(node, 1)
+            elif node.tag == "-doctype" and doctype is not None:  # as written: Lexbor writes <!DOCTYPE html> for any,
+                builder.parts.append(doctype.group(1))  # and a page's public id decides its quirks mode
             else:
                 builder.parts.append(outer_html(node))
         return builder.item()

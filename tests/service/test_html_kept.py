@@ -1,0 +1,88 @@
+"""Markup sent back as it came parses back into the tree it came as: text that SVG or MathML held (entities decoded
+by the parser) never comes back as live markup (mutation XSS, from the HTML probe of 2026-11-26), while the text
+of HTML scripts and styles stays as written; a document's doctype comes back as written."""
+
+from __future__ import annotations
+
+import pytest
+from selectolax.lexbor import LexborHTMLParser
+
+from tests.service.harness import FakeTranslator, serve
+from tests.service.test_app_html import HTML
+from transduce.service.htmldoc import parse_html
+
+INJECTIONS = [
+    "<p>An icon <svg><style>&lt;/style&gt;&lt;img src=x onerror=alert(1)&gt;</style></svg> here.</p>",
+    "<p>An icon <svg><script>&lt;img src=x onerror=alert(2)&gt;</script></svg> here.</p>",
+    *(
+        f"<p>Mark <math><{name}>&lt;/{name}&gt;&lt;img src=x onerror=alert(3)&gt;</{name}></math> up.</p>"
+        for name in ("style", "xmp", "noembed", "noframes", "iframe")
+    ),
+    "<p>Icon <svg><g><title>x</title><style>&lt;img src=x onerror=alert(4)&gt;</style></g></svg> end.</p>",
+    "<p>Sum <math><mtext><table><mglyph><style><img src=x onerror=alert(8)></style></mglyph></table></mtext></math>"
+    " ok.</p>",
+    "<p>Text <svg><plaintext>&lt;img src=x onerror=alert(9)&gt;</plaintext></svg> here.</p>",
+    '<div translate="no"><svg><style>&lt;/style&gt;&lt;img src=x onerror=alert(5)&gt;</style></svg></div>',
+    "<!DOCTYPE html><html><body><p>Page <svg><style>&lt;/style&gt;&lt;img src=x onerror=alert(6)&gt;</style></svg>"
+    " text.</p></body></html>",
+]
+
+
+def handlers(html: str) -> list[str]:
+    """Every element with an event-handler attribute, as a browser parses ``html`` (Lexbor runs the HTML Standard's
+    algorithm)."""
+    parser = LexborHTMLParser(html) if html.lstrip().lower().startswith("<!doctype") else None
+    parser = parser or LexborHTMLParser(html, is_fragment=True)
+    root = parser.root
+    nodes = [*root.traverse(include_text=False)] if root is not None else []
+    node = root.next if root is not None else None
+    while node is not None:  # a fragment's other top-level nodes
+        nodes += [*node.traverse(include_text=False)]
+        node = node.next
+    return [f"{n.tag} {k}" for n in nodes if n.is_element_node for k in n.attributes if k.startswith("on")]
+
+
+def kept(html: str) -> str:
+    """``html`` rebuilt around its own sentences (nothing translated)."""
+    item = parse_html(html)
+    return item.rejoin(list(item.sentences))
+
+
+@pytest.mark.parametrize("html", INJECTIONS)
+def test_text_held_by_svg_or_mathml_never_comes_back_as_markup(html: str) -> None:
+    assert handlers(html) == []  # the input holds no live handler
+    out = kept(html)
+    assert handlers(out) == [], out
+    assert handlers(kept(out)) == []  # nor does the output sent through again
+
+
+def test_what_the_serialiser_writes_faithfully_is_kept_as_it_writes_it() -> None:
+    script = '<p>Go <script>if (a < b && c > d) { s = "</p>"; }</script> on.</p>'
+    assert '<script>if (a < b && c > d) { s = "</p>"; }</script>' in kept(script)  # HTML script text as written
+    style = "<p>See <style>a > b { content: '&amp;' }</style> this.</p>"
+    assert "<style>a > b { content: '&amp;' }</style>" in kept(style)
+    html_in_svg = '<p>Icon <svg viewBox="0 0 9 9"><foreignObject><style>a<b</style></foreignObject></svg> end.</p>'
+    assert '<svg viewBox="0 0 9 9"><foreignObject><style>a<b</style></foreignObject></svg>' in kept(html_in_svg)
+    escaped = "<p>Icon <svg><style>&lt;/style&gt;&lt;img src=x&gt;</style><path d='M0'/></svg> end.</p>"
+    assert '<svg><style>&lt;/style&gt;&lt;img src=x&gt;</style><path d="M0"></path></svg>' in kept(escaped)
+
+
+def test_a_doctype_comes_back_as_written() -> None:
+    quirks = '<!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.01 Transitional//EN">\n<html><body><p>Hi.</p></body></html>'
+    assert kept(quirks).startswith('<!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.01 Transitional//EN">')
+    commented = "<!-- generated --><!doctype html><html><body><p>Hi.</p></body></html>"
+    assert "<!doctype html>" in kept(commented)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_through_the_app_and_as_a_file() -> None:
+    html = INJECTIONS[0]
+    async with serve(FakeTranslator()) as (client, _):
+        r = await client.post("/translate", json={"q": html, **HTML})
+        assert r.status_code == 200 and handlers(r.json()["translatedText"]) == []
+        files = {"file": ("page.html", html.encode(), "text/html")}
+        r = await client.post("/translate_file", data={"source": "en", "target": "de"}, files=files)
+        assert r.status_code == 200, r.text
+        download = await client.get(r.json()["translatedFileUrl"])
+        assert download.status_code == 200 and handlers(download.text) == [], download.text

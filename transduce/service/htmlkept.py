@@ -1,0 +1,124 @@
+"""Markup sent back as it came (code, SVG, MathML, scripts, ``translate="no"``, ...), serialised so that it parses
+back into the same tree.
+
+Lexbor's serialiser writes the text of every ``style``, ``script``, ``xmp``, ``iframe``, ``noembed``, ``noframes``,
+``plaintext`` and ``noscript`` element unescaped, as the HTML Standard says for those HTML elements, but also for the
+SVG and MathML elements of those names, whose text the parser had read with its entities decoded:
+``<svg><style>&lt;/style&gt;&lt;img src=x onerror=alert(1)&gt;</style></svg>`` came back with a live ``<img>``
+(mutation XSS; so did markup the parser had moved, as in ``<math><mtext><table><mglyph><style>``). A kept subtree
+that holds such an element is parsed again as serialised; if the tree differs, it is written out here instead,
+with every text escaped: what it held as text stays text.
+"""
+
+from __future__ import annotations
+
+import re
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+from transduce.service.htmlnodes import escape_attribute, escape_text
+
+RAW_TEXT = frozenset(("style", "script", "xmp", "iframe", "noembed", "noframes", "plaintext", "noscript"))
+_RAW_TEXT_SELECTOR = ", ".join(sorted(RAW_TEXT))
+_END_TAGS = re.compile(r"(?:</[A-Za-z][^>]*>)+")
+
+
+def children(node: LexborNode) -> list[LexborNode]:
+    """``node``'s child nodes, in order."""
+    out, child = [], node.child
+    while child is not None:
+        out.append(child)
+        child = child.next
+    return out
+
+
+def fragment_nodes(parser: LexborHTMLParser) -> list[LexborNode]:
+    """A fragment's top-level nodes. (Lexbor's ``root`` of a fragment serializes the whole fragment as its ``html``,
+    so the first node is taken again through its sibling where it has one.)"""
+    nodes, node = [], parser.root
+    while node is not None:
+        nodes.append(node)
+        node = node.next
+    if len(nodes) > 1 and nodes[1].prev is not None:
+        nodes[0] = nodes[1].prev
+    return nodes
+
+
+def kept_html(node: LexborNode, serialised: str, void: frozenset[str]) -> str:
+    """``serialised`` (Lexbor's ``node.html``), or, where it would parse back into another tree, ``node`` written with
+    every text escaped (``void``: the element names without an end tag)."""
+    if not node.is_element_node:
+        return serialised
+    if node.tag not in RAW_TEXT and node.css_first(_RAW_TEXT_SELECTOR) is None:
+        return serialised  # no text the serialiser writes unescaped
+    again = fragment_nodes(LexborHTMLParser(serialised, is_fragment=True))
+    if len(again) == 1 and _same_tree(node, again[0]):
+        return serialised
+    return _escaped(node, void)
+
+
+def _same_tree(a: LexborNode, b: LexborNode) -> bool:
+    """Equal node kinds, names, attributes and texts all the way down."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if (x.is_element_node, x.is_text_node, x.tag) != (y.is_element_node, y.is_text_node, y.tag):
+            return False
+        if x.is_element_node and x.attributes != y.attributes:
+            return False
+        if not x.is_element_node and (x.text_content if x.is_text_node else x.html) != (
+            y.text_content if y.is_text_node else y.html
+        ):
+            return False
+        xs, ys = children(x), children(y)
+        if len(xs) != len(ys):
+            return False
+        if x.tag == "plaintext" and _plaintext_read_back(xs, ys):
+            continue
+        stack.extend(zip(xs, ys, strict=True))
+    return True
+
+
+def _plaintext_read_back(xs: list[LexborNode], ys: list[LexborNode]) -> bool:
+    """A ``<plaintext>``'s text read back: everything after its start tag is text, so the end tags written after it
+    (its own, its ancestors') come back as text at its end. Text all the same; not markup."""
+    if len(xs) != 1 or not xs[0].is_text_node or not ys[0].is_text_node:
+        return False
+    sent, back = xs[0].text_content or "", ys[0].text_content or ""
+    return back.startswith(sent) and _END_TAGS.fullmatch(back[len(sent) :]) is not None
+
+
+def _escaped(node: LexborNode, void: frozenset[str]) -> str:
+    """``node`` serialised with every text escaped (a template's content, which is no child, as Lexbor writes it)."""
+    out: list[str] = []
+    stack: list[LexborNode | str] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)  # an end tag
+        elif item.is_text_node:
+            out.append(escape_text(item.text_content or ""))
+        elif not item.is_element_node:
+            out.append(comment_html(item.html or ""))
+        elif item.tag == "template" and item.child is None:
+            out.append(item.html or "")
+        else:
+            name = item.tag or ""
+            attrs = "".join(
+                f' {key}="{escape_attribute(value)}"' if value is not None else f" {key}"
+                for key, value in item.attributes.items()
+            )
+            out.append(f"<{name}{attrs}>")
+            if name not in void:
+                stack.append(f"</{name}>")
+                stack.extend(reversed(children(item)))
+    return "".join(out)
+
+
+def comment_html(html: str) -> str:
+    """A comment as serialized, with ``<`` and ``>`` in its text escaped if they could end it early (the parser never
+    makes such a comment, but a comment is the one place the serializer writes text unescaped)."""
+    inner = html[4:-3] if html.startswith("<!--") and html.endswith("-->") else html
+    if "--" in inner or inner.startswith((">", "->")) or inner.endswith("<!-") or not html.startswith("<!--"):
+        inner = inner.replace("<", "&lt;").replace(">", "&gt;")
+    return f"<!--{inner}-->"
