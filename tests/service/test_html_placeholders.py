@@ -205,6 +205,18 @@ def test_a_long_sentence_full_of_markup_is_put_back_in_linear_time(lost: str) ->
         ("<i>Good</i> morning", "[1] Morgen", "<i>Morgen</i>"),
         # a sentence of markup alone, e.g. an image between two links: nothing to keep
         ('<p><a href="a">x</a> <img src="i.png"> <a href="b">y</a></p>', "[1] [2]", None),
+        # placeholders of the kinds the model met in training, in a sentence sent without brackets of its own: junk,
+        # dropped, never counted as words (the HTML probe of 2026-11-26 saw "[;0]", "[:15", "[PERSON1", "[URL]")
+        ("<p>Hello <b>big</b> world.</p>", "[1] [:1] [2].", "<p>Hello <b>big</b> world.</p>"),
+        ("<p>Bad <b>nesting</b> here.</p>", "=1 [1] [;0] [;2] [2]].", "<p>Bad <b>nesting</b> here.</p>"),
+        ("<p>Open <b>this</b> link.</p>", "[URL] [1] [PERSON1 [2].", "<p>Open <b>this</b> link.</p>"),
+        (
+            "<p>Open <b>this</b> link.</p>",
+            "Öffne [1] [:15 diesen [2] [NUMBER] Link.",
+            "<p>Öffne <b>diesen</b> Link.</p>",
+        ),
+        # a sentence with brackets of its own: they may be text, kept
+        ("<p>See <b>[:1]</b> below.</p>", "Siehe [1] [:1] [2] unten.", "<p>Siehe <b>[:1]</b> unten.</p>"),
     ],
 )
 def test_a_translation_without_a_word_keeps_the_sentence_untranslated(

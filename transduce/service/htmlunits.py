@@ -47,6 +47,7 @@ _DOLLAR_RUN = re.compile(r"(?:\$\d*[sd]?)+")  # its "$1$1$s" runs: dropped when 
 # sentence sent with placeholders and no "=" (no bracket) of its own outside them
 _EQUALS_MARK = re.compile(r"=(\d{1,6})\]?")
 _BRACKET = re.compile(r"[\[\]]")
+_BRACKET_JUNK = re.compile(r"\[[^\w\[\]\s]{0,2}\s*\d{1,6}\s*[^\w\[\]\s]{0,2}\]?|\[[A-Z][A-Z_]{1,15}\d{0,3}\]?")
 _HUGGING = set(".,;:!?)]}…")  # punctuation that follows a word without a space
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not the no-break space)
 _SPACES = re.compile(r"[ \t\n\r\f]+")
@@ -94,7 +95,10 @@ def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int 
     own = _MARK.sub("", sent)  # the sentence sent without its placeholders
     if own != sent and "=" in translation and "=" not in own:
         found += _outside(found, ((m, int(m.group(1))) for m in _EQUALS_MARK.finditer(translation)))
-    if own != sent and "[" not in own and "]" not in own:  # a bracket touching a placeholder: junk of one (dropped)
+    if own != sent and "[" not in own and "]" not in own:  # the sentence sent has no bracket of its own, so
+        # placeholders of the kinds the model met in training ("[;0]", "[:15", "[URL]", "[PERSON1") are junk (dropped)
+        found += _outside(found, ((m, 0) for m in _BRACKET_JUNK.finditer(translation)))
+        # and so is a bracket touching a placeholder
         ends = {m.end() for m, _ in found} | {m.start() for m, _ in found}
         touching = (m for m in _BRACKET.finditer(translation) if m.start() in ends or m.end() in ends)
         found += _outside(found, ((m, 0) for m in touching))
