@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,19 @@ from transduce.engine.batcher import BatcherConfig, Delivery, DynamicBatcher
 from transduce.engine.errors import DeadlineExceededError
 from transduce.engine.options import DecodeOptions
 from transduce.engine.translator import Translator
+
+
+def rows_per_step(translator: Translator, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The decoder state's rows at each step of ``translator`` from now on (a list filled as it steps)."""
+    runner, rows = translator.runner, []
+    step = runner.step
+
+    def counted(tokens: Any, state: Any) -> Any:
+        rows.append(state.rows)
+        return step(tokens, state)
+
+    monkeypatch.setattr(runner, "step", counted)
+    return rows
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -33,14 +47,7 @@ def test_dropped_sentences_leave_the_batch_and_the_others_are_unchanged(
     options = DecodeOptions(beam_size=beam_size, num_hypotheses=2 if beam_size > 1 else 1, return_scores=True)
     texts = [*SENTENCES, "  "]  # a blank input is answered without decoding, whatever dropped() says of it
     undisturbed = translator.translate(texts, source_lang="en", target_lang="de", options=options)
-    runner, rows = translator.runner, []
-    step = runner.step
-
-    def counted(tokens: Any, state: Any) -> Any:
-        rows.append(state.rows)
-        return step(tokens, state)
-
-    monkeypatch.setattr(runner, "step", counted)
+    rows = rows_per_step(translator, monkeypatch)
     early: list[int] = []
     results = translator.translate(
         texts,
@@ -60,6 +67,49 @@ def test_dropped_sentences_leave_the_batch_and_the_others_are_unchanged(
     assert scores == pytest.approx([s for i in kept for s in undisturbed[i].scores], abs=1e-5)
     # sentences 1 and 4 (the tiny random model decodes them to the length cap) left the state before the third step
     assert rows[2] <= rows[1] - 2 * beam_size, rows[:4]
+
+
+def test_sentences_dropped_before_their_chunk_starts_are_not_decoded(
+    tiny_translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = rows_per_step(tiny_translator, monkeypatch)
+    options = DecodeOptions(beam_size=2)
+    results = tiny_translator.translate(
+        SENTENCES[:4], source_lang="en", target_lang="de", options=options, dropped=lambda: [1]
+    )
+    assert results[1].hypotheses == [] and all(r.hypotheses for i, r in enumerate(results) if i != 1)
+    assert rows[0] == 3  # three sentences (one row each at the first step): the dropped one never joined
+    rows.clear()
+    none = tiny_translator.translate(SENTENCES[:2], source_lang="en", target_lang="de", dropped=lambda: [0, 1])
+    assert [r.hypotheses for r in none] == [[], []] and rows == []
+
+
+def test_a_result_handed_over_before_the_deadline_is_delivered_and_one_never_computed_is_not() -> None:
+    """The worker delivers item 0 and then finds the deadline passed while the loop was busy: item 0's result is on
+    its way and stands (the loop decides, as before); item 1 is given up, and its late result is ignored."""
+
+    async def main() -> tuple[list[int], list[Any]]:
+        loop = asyncio.get_running_loop()
+        requests = [
+            SimpleNamespace(future=loop.create_future(), deadline=time.monotonic() + 60, deliver=None),
+            SimpleNamespace(future=loop.create_future(), deadline=time.monotonic() + 60, deliver=None),
+        ]
+        got: list[Any] = []
+        for r in requests:
+            r.deliver = lambda index, result: got.append(result)
+        batch = [SimpleNamespace(request=r, index=0) for r in requests]
+        delivery: Delivery[Any, Any, Any] = Delivery(batch, loop)  # type: ignore[arg-type]
+        delivery(0, "computed")  # queued on the loop, not run yet
+        for r in requests:
+            r.deadline = time.monotonic() - 1  # the deadline passes while the loop is busy
+        given_up = delivery.abandoned()
+        delivery(1, "too late")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return given_up, got
+
+    given_up, got = asyncio.run(main())
+    assert given_up == [1] and got == ["computed"]
 
 
 def test_the_batcher_tells_process_which_items_were_abandoned() -> None:
@@ -105,10 +155,11 @@ async def test_a_client_gone_mid_decode_stops_its_static_batch(tiny_translator: 
     for hang_up in (False, True):
         async with serve(tiny_translator, scheduler="static", max_batch_size=32) as (client, app):
             queue, stats = app.state.transduce.pipeline.queue, tiny_translator.stats
+            await wait_until(lambda q=queue: q.in_flight == 0)  # type: ignore[misc]  # the canary's batch has ended
             before = stats.decoder_steps
             if hang_up:
                 call, hung_up = post_then_hang_up(app, {"q": text, **EN_DE, "beam_size": 3})
-                await wait_until(lambda q=queue: q.in_flight > 0)  # type: ignore[misc]
+                await wait_until(lambda q=queue: q.in_flight > 1)  # type: ignore[misc]  # its batch started
                 hung_up.set()
                 await asyncio.wait_for(call, 10)
                 await wait_until(lambda q=queue: q.in_flight == 0, 30)  # type: ignore[misc]
@@ -117,4 +168,4 @@ async def test_a_client_gone_mid_decode_stops_its_static_batch(tiny_translator: 
                 r = await client.post("/translate", json={"q": text, **EN_DE, "beam_size": 3})
                 assert r.status_code == 200
                 full_steps = stats.decoder_steps - before
-    assert dropped_steps < full_steps / 2, (dropped_steps, full_steps)
+    assert 0 < dropped_steps < full_steps / 2, (dropped_steps, full_steps)

@@ -163,6 +163,8 @@ async def test_code_pre_script_style_and_translate_no_are_never_sent() -> None:
         '<svg viewBox="0 0 10 10"><text x="1">keep svg</text></svg>',
         "<math><mi>keep</mi></math>",
         "<textarea>keep textarea</textarea>",
+        "<noframes><p>keep noframes</p></noframes>",  # raw text (the HTML probe: it came back translated, escaped)
+        "<noembed><b>keep noembed</b></noembed>",
     ]
     inline = '<p>Say <code>keep code</code> and <kbd>Ctrl</kbd> to <span translate="no">Firefox</span> now.</p>'
     async with serve(fake) as (client, _):

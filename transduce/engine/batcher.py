@@ -55,6 +55,7 @@ class BatchStats:
     queue_wait_ms: list[float]
     inference_ms: float
     ok: bool
+    abandoned: int = 0  # of the items, those process() was told nobody waited for any more (not finished)
 
 
 @dataclass(eq=False)
@@ -106,11 +107,13 @@ class Delivery(Generic[K, T, R]):
     def __init__(self, batch: list[_Item[K, T, R]], loop: asyncio.AbstractEventLoop) -> None:
         self.batch, self.loop = batch, loop
         self.delivered: set[int] = set()  # touched on the loop's thread only
+        self.sent: set[int] = set()  # results handed to the loop (the worker's thread adds, then reads)
         self.given_up: set[int] = set()  # what abandoned() said (the worker's thread adds, the loop's reads)
 
     def __call__(self, i: int, result: R) -> None:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.batch):
             raise ValueError(f"deliver() got item index {i!r}; the batch has items 0 to {len(self.batch) - 1}")
+        self.sent.add(i)  # before the loop can run it: a result on its way is never given up
         self.loop.call_soon_threadsafe(self.hand_over, i, result)
 
     def hand_over(self, i: int, result: R) -> None:
@@ -121,12 +124,14 @@ class Delivery(Generic[K, T, R]):
 
     def abandoned(self) -> list[int]:
         """Items whose request is over: ended on the loop (cancelled, timed out, failed) or past its deadline (the
-        loop's timeout may not have fired yet). Read from the worker's thread: ``future.done()`` is one attribute."""
+        loop's timeout may not have fired yet), and whose result was not handed over (the loop decides on those).
+        Read from the worker's thread: ``future.done()`` is one attribute."""
         now = time.monotonic()
         out = [
             i
             for i, item in enumerate(self.batch)
-            if item.request.future.done() or (item.request.deadline is not None and item.request.deadline <= now)
+            if i not in self.sent
+            and (item.request.future.done() or (item.request.deadline is not None and item.request.deadline <= now))
         ]
         self.given_up.update(out)
         return out
@@ -235,10 +240,10 @@ class DynamicBatcher(Generic[K, T, R]):
             done, _ = await asyncio.wait({self._task}, timeout=timeout)
             if not done:  # out of time: the loop's exit fails what is left (the running thread is abandoned)
                 log.warning(
-                    "stop(): %d queued and %d running items not finished within %s s",
+                    "stop(): %d queued and %d running items not finished %s",
                     self.queue_depth,
                     self.in_flight,
-                    timeout,
+                    f"within {timeout:g} s" if timeout else "when stopped (no time left)",
                 )
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -387,6 +392,7 @@ class DynamicBatcher(Generic[K, T, R]):
                 [(started - item.enqueued) * 1000 for item in batch],
                 (time.monotonic() - started) * 1000,
                 ok,
+                len(deliver.given_up),
             )
             try:
                 self.on_batch(stats)

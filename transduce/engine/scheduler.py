@@ -162,10 +162,10 @@ class StepScheduler:
             await asyncio.to_thread(_join_all, self._threads, timeout)
             if any(t.is_alive() for t in self._threads):
                 log.warning(
-                    "stop(): %d queued and %d running sentences not finished within %s s",
+                    "stop(): %d queued and %d running sentences not finished %s",
                     self.queue_depth,
                     self.in_flight,
-                    timeout,
+                    f"within {timeout:g} s" if timeout else "when stopped (no time left)",
                 )
                 self._abort = BatcherClosedError("the scheduler stopped before this request was processed")
                 self._wake()

@@ -248,6 +248,14 @@ class Translator:
 
         for start in range(0, len(order), options.chunk_size):
             chunk = order[start : start + options.chunk_size]
+            if dropped is not None:  # those already dropped are not encoded at all
+                before = set(dropped())
+                for i in chunk:
+                    if i in before:
+                        results[i] = TranslationResult([], [], [])
+                chunk = [i for i in chunk if i not in before]
+                if not chunk:
+                    continue
             early = None if on_result is None else (lambda j, hyps, chunk=chunk: done(chunk[j], hyps))
             gone = None if dropped is None else _in_chunk(dropped, chunk)
             decoded = self._decode_chunk([source[i] for i in chunk], options, early, gone)

@@ -29,7 +29,13 @@ def drain(state: AppState) -> None:
         state.pool.closing = True
     grace = state.settings.shutdown_grace_s
     log.info("draining: finishing accepted requests (up to %g s)", grace)
-    state.cut_off = asyncio.get_running_loop().call_later(grace, _stop_queues, state, 0.0)
+    state.cut_off = asyncio.get_running_loop().call_later(grace, _cut_off, state, grace)
+
+
+def _cut_off(state: AppState, grace: float) -> None:
+    """The grace is over: what is still queued or decoding is answered 503."""
+    log.warning("shutdown grace of %g s is over: requests not finished are answered 503", grace)
+    _stop_queues(state, 0.0)
 
 
 async def stop(state: AppState) -> None:

@@ -11,6 +11,7 @@ as one.
   are units of their own: their inline content is translated sentence by sentence (``htmlunits.Unit``).
 - Inline elements (``INLINE``) are translated inside their sentence; an inline element holding a block is a block.
 - Never translated, and sent as they are: ``code``, ``kbd``, ``samp``, ``var``, ``pre``, ``script``, ``style``,
+  ``noembed``, ``noframes``,
   ``template``, ``textarea``, SVG, MathML, embedded content, anything with ``translate="no"`` or the class
   ``notranslate`` (Google's), and a link or span whose text is one @mention, #hashtag or URL (Mastodon's).
 - Attributes are kept as sent, except the ones people read: ``title``, ``alt``, ``placeholder`` and ``aria-label``
@@ -50,9 +51,9 @@ INLINE = _names(
 # kept inside the sentence as they are, never translated (void elements with a translated attribute excepted)
 KEPT_INLINE = _names(
     "code kbd samp var svg math textarea script style template iframe video audio canvas object embed picture "
-    "noscript ruby meter progress slot"
+    "noscript noembed noframes ruby meter progress slot"
 )
-SILENT = _names("script style template wbr")  # invisible: not sent to the model
+SILENT = _names("script style template wbr noembed noframes")  # invisible: not sent to the model
 VOID = _names("area base basefont bgsound br col embed frame hr img input keygen link meta param source track wbr")
 VOID_INLINE = _names("br wbr img input embed")
 KEPT_BLOCK = _names("pre listing xmp plaintext")

@@ -97,11 +97,22 @@ def _to_one_line(record: logging.LogRecord, held: int, interval_s: float) -> Non
     record.exc_info, record.exc_text, record.stack_info = None, None, None
 
 
+class PlainFormatter(logging.Formatter):
+    """Plain text; a record's ``fields`` (an access line's request id, sizes, timings) follow as ``key=value``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            text += "".join(f" {key}={value}" for key, value in fields.items() if value is not None)
+        return text
+
+
 def configure_logging(json_lines: bool, level: int = logging.INFO, throttle_s: float = 10.0) -> None:
     """Log to stderr: JSON lines (production) or plain text, resource errors throttled to one per ``throttle_s``;
     replaces the root logger's handlers."""
     handler = logging.StreamHandler()
-    plain = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    plain = PlainFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(JsonFormatter() if json_lines else plain)
     handler.addFilter(LogThrottle(throttle_s))
     root = logging.getLogger()

@@ -42,7 +42,7 @@ class HeadAsGetMiddleware:
                 message = {**message, "body": b""}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, without_body)
+        await self.app({**scope, "method": "GET", "transduce.head": True}, receive, without_body)
 
 
 class RequestContextMiddleware:
@@ -96,7 +96,7 @@ class RequestContextMiddleware:
         timing = state.get("timing")
         fields = {
             "request_id": request_id,
-            "method": scope.get("method"),
+            "method": "HEAD" if scope.get("transduce.head") else scope.get("method"),
             "path": scope.get("path"),
             "status": status,
             "n_items": None,

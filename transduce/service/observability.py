@@ -42,7 +42,9 @@ class Metrics:
         self.cache_hits = Counter("transduce_cache_hits", "Sentences answered from the translation cache", registry=r)
         self.cache_misses = Counter("transduce_cache_misses", "Sentences the cache did not have", registry=r)
         self.generated_tokens = Counter("transduce_generated_tokens", "Target tokens generated", registry=r)
-        self.characters = Counter("transduce_characters", "Source characters received", registry=r)
+        self.characters = Counter(
+            "transduce_characters", "Source characters of the requests translated (answered 200)", registry=r
+        )
         self.queue_depth = Gauge("transduce_queue_depth", "Sentences waiting for a batch", registry=r)
         self.padding_ratio = Gauge(
             "transduce_padding_ratio",

@@ -223,7 +223,7 @@ class TranslationPipeline:
             self.queue = StaticBatching(translator, batcher, self._on_batch)
 
     def _on_batch(self, stats: BatchStats) -> None:
-        self._record(stats.size, stats.inference_ms, stats.size, stats.queue_wait_ms, stats.ok)
+        self._record(stats.size, stats.inference_ms, stats.size - stats.abandoned, stats.queue_wait_ms, stats.ok)
 
     def _on_step(self, stats: StepStats) -> None:
         self._record(stats.active, stats.step_ms, stats.finished, stats.queue_wait_ms, stats.ok)

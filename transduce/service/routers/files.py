@@ -299,7 +299,6 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
         raise too_many_chars(name, chars, settings.max_file_chars)
     detected = await source_language(document, source, target, state)
     request.state.sizes = {"n_items": len(document.units), "n_chars": chars}
-    state.metrics.characters.inc(chars)
     if (detected.language if detected is not None else source) == target:  # already in it: sent back as it is
         translated, timing = data, RequestTiming((time.monotonic() - started) * 1000, 0.0, 0.0)
     else:
@@ -310,6 +309,7 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
         timing = RequestTiming((time.monotonic() - started) * 1000, timing.queue_ms, timing.inference_ms)
     request.state.timing = timing
     state.window.add_request(timing)
+    state.metrics.characters.inc(chars)  # translated: not those of a file refused, expired or left
     path = PurePath(name)
     file_id, stored = await asyncio.to_thread(state.files.save, f"{path.stem}.{target}{path.suffix}", translated)
     base = settings.public_url or str(request.base_url).rstrip("/")  # not the Host header, when it is set

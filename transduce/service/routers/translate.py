@@ -106,8 +106,8 @@ async def translate(request: Request, state: StateDep) -> TranslateResponse:
     detector = await get_detector(model_languages(pipeline.translator)) if auto else None
     job = validate_request(req, state.settings, pipeline.translator, detector)
     request.state.sizes = {"n_items": len(job.items), "n_chars": job.n_chars}
-    state.metrics.characters.inc(job.n_chars)
     results, timing = await until_disconnect(request, pipeline.translate(job, started=started))
+    state.metrics.characters.inc(job.n_chars)  # translated: not those of a request refused, expired or left
     request.state.timing = timing
     state.window.add_request(timing)
     alternatives = job.num_hypotheses > 1
