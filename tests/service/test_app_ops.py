@@ -121,6 +121,11 @@ def test_retry_after_follows_queue_depth_over_throughput() -> None:
     assert pipeline.retry_after() == 5
     window.add_batch(4, 1000.0, 0)  # a step of the running batch that finished nothing: 10 per 2 busy seconds
     assert pipeline.retry_after() == 10
+    pipeline.queue.batcher._running.append([None] * 15)  # type: ignore[list-item]  # decoding: theirs comes first
+    assert pipeline.retry_after() == 13  # (45 + 15) / 5 + 1 (the metrics probe saw 1 s for a 3 s drain)
+    two = TranslationPipeline(FakeTranslator(), Settings(scheduler="static", engine_replicas=2), Metrics(), window)
+    two.queue.batcher._queue.extend([None] * 45)  # type: ignore[attr-defined]
+    assert two.retry_after() == 5  # two engines decode at once: 45 / (5 x 2) + 1
     with pytest.raises(ValueError, match="scheduler=step needs the engine's Translator"):
         TranslationPipeline(FakeTranslator(), Settings(scheduler="step"), Metrics(), window)
 

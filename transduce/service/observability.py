@@ -29,13 +29,22 @@ class Metrics:
             registry=r,
         )
         self.queue_seconds = Histogram(
-            "transduce_queue_wait_seconds", "Time a sentence waited for its batch", buckets=LATENCY_BUCKETS, registry=r
+            "transduce_queue_wait_seconds",
+            "Time a sentence waited for its batch (step scheduler: to join the running batch)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.inference_seconds = Histogram(
-            "transduce_inference_seconds", "Engine time of one batch", buckets=LATENCY_BUCKETS, registry=r
+            "transduce_inference_seconds",
+            "Engine time of one batch (step scheduler: of one decoder step of the running batch)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.batch_size = Histogram(
-            "transduce_batch_size", "Sentences per engine batch", buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r
+            "transduce_batch_size",
+            "Sentences per engine batch (step scheduler: decoding in one step)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
         )
         self.batch_failures = Counter("transduce_batch_failures", "Engine batches that raised", registry=r)
         self.sentences = Counter("transduce_sentences", "Sentences translated by the engine", registry=r)

@@ -42,6 +42,9 @@ class SentenceQueue(Protocol):
     def in_flight(self) -> int: ...
 
     @property
+    def workers(self) -> int: ...
+
+    @property
     def closed(self) -> bool: ...
 
     async def start(self) -> None: ...
@@ -83,8 +86,13 @@ class StaticBatching:
 
     @property
     def in_flight(self) -> int:
-        """Sentences in the batch now running."""
+        """Sentences in the batches now running."""
         return self.batcher.in_flight
+
+    @property
+    def workers(self) -> int:
+        """Batches that run at once (one per engine replica)."""
+        return self.batcher.config.workers
 
     @property
     def closed(self) -> bool:
@@ -336,9 +344,11 @@ class TranslationPipeline:
         return [by_index[i] for i in range(len(sentences))]
 
     def retry_after(self) -> int:
-        """Seconds a refused client should wait: queued sentences over recent throughput, at least 1."""
-        rate = self.window.items_per_second()
-        return max(1, min(60, int(self.queue.queue_depth / rate) + 1)) if rate > 0 else 1
+        """Seconds a refused client should wait: the sentences queued and decoding over recent throughput (an
+        engine's, times the engines decoding at once), at least 1 and at most 60."""
+        rate = self.window.items_per_second() * self.queue.workers
+        waiting = self.queue.queue_depth + self.queue.in_flight
+        return max(1, min(60, int(waiting / rate) + 1)) if rate > 0 else 1
 
     def gauges(self) -> PipelineGauges:
         """Queue, cache and padding facts for the /metrics gauges."""
