@@ -59,8 +59,9 @@ VOID_INLINE = _names("br wbr img input embed")
 KEPT_BLOCK = _names("pre listing xmp plaintext")
 TRANSLATED_ATTRIBUTES = frozenset(("title", "alt", "placeholder", "aria-label"))
 _HANDLE = re.compile(r"[@#]\S+|(?:https?://|www\.)\S+|\S+@\S+\.\w+")  # a mention, hashtag, URL or e-mail address
-_DOCUMENT = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
-_DOCTYPE = re.compile(r"\s*(?:<!--.*?-->\s*)*(<!doctype\b[^>]*>)", re.IGNORECASE | re.DOTALL)  # up to its first >
+_COMMENT = r"<!--(?:>|->|.*?--!?>)"  # as the tokenizer ends one: "<!-->" and "<!--->" too, "--!>" as "-->"
+_DOCUMENT = re.compile(rf"\s*(?:{_COMMENT}\s*)*<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
+_DOCTYPE = re.compile(rf"\s*(?:{_COMMENT}\s*)*(<!doctype\b[^>]*>)", re.IGNORECASE | re.DOTALL)  # up to its first >
 _XML_PROLOG = re.compile(r"\s*<\?xml\b[^>]*\?>\s*", re.IGNORECASE)  # an XHTML file's first line: kept as written
 # the HTML parser drops a newline right after these start tags, and Lexbor's serialiser does not write the one the
 # HTML Standard's serialisation adds back ("<pre>\n\nfoo" came back as "<pre>\nfoo", one blank line fewer)
@@ -290,7 +291,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
         builder.parts.append(kept)  # an HTML parser reads it as a comment ("<!--?xml ...?-->")
         text = text[prolog.end() :]
     if _DOCUMENT.match(text):
-        parser = LexborHTMLParser(text)
+        parser = LexborHTMLParser(text, scripting=True)  # as browsers that run scripts: <noscript> is raw text
         if utf8:
             _declare_utf8(parser)
         root = parser.root
@@ -304,7 +305,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
             else:
                 builder.parts.append(outer_html(node))
         return builder.item()
-    parser = LexborHTMLParser(text, is_fragment=True)
+    parser = LexborHTMLParser(text, is_fragment=True, scripting=True)
     if utf8:
         _declare_utf8(parser)
     for node in _top_nodes(parser):

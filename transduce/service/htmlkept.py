@@ -5,9 +5,12 @@ Lexbor's serialiser writes the text of every ``style``, ``script``, ``xmp``, ``i
 ``plaintext`` and ``noscript`` element unescaped, as the HTML Standard says for those HTML elements, but also for the
 SVG and MathML elements of those names, whose text the parser had read with its entities decoded:
 ``<svg><style>&lt;/style&gt;&lt;img src=x onerror=alert(1)&gt;</style></svg>`` came back with a live ``<img>``
-(mutation XSS; so did markup the parser had moved, as in ``<math><mtext><table><mglyph><style>``). A kept subtree
-that holds such an element is parsed again as serialised; if the tree differs, it is written out here instead,
-with every text escaped: what it held as text stays text.
+(mutation XSS; so did markup the parser had moved, as in ``<math><mtext><table><mglyph><style>``, and a template's
+content, which the check did not see at first). A kept subtree that holds such an element, a template, an mglyph
+or a malignmark is parsed again as serialised (template contents compared too); if the tree differs, it is written
+out here instead, with every text escaped: what it held as text stays text; should even that parse back otherwise,
+the markup comes back as text. Every parse reads as browsers that run scripts do (``<noscript>`` is raw text: read
+as markup, its content came back repaired, live).
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from transduce.service.htmlnodes import escape_attribute, escape_text
 
 RAW_TEXT = frozenset(("style", "script", "xmp", "iframe", "noembed", "noframes", "plaintext", "noscript"))
-_RAW_TEXT_SELECTOR = ", ".join(sorted(RAW_TEXT))
+# and what the parser reads otherwise out of its context: a template's inert content, MathML's mglyph and malignmark,
+# HTML elements or MathML ones depending on where they stand
+_CHECKED = RAW_TEXT | {"template", "mglyph", "malignmark"}
+_CHECKED_SELECTOR = ", ".join(sorted(_CHECKED))
 _END_TAGS = re.compile(r"(?:</[A-Za-z][^>]*>)+")
 
 
@@ -46,19 +52,35 @@ def fragment_nodes(parser: LexborHTMLParser) -> list[LexborNode]:
 
 def kept_html(node: LexborNode, serialised: str, void: frozenset[str]) -> str:
     """``serialised`` (Lexbor's ``node.html``), or, where it would parse back into another tree, ``node`` written with
-    every text escaped (``void``: the element names without an end tag)."""
+    every text escaped (``void``: the element names without an end tag); should even that parse back into another
+    tree, the markup is given back as text."""
     if not node.is_element_node:
         return serialised
-    if node.tag not in RAW_TEXT and node.css_first(_RAW_TEXT_SELECTOR) is None:
-        return serialised  # no text the serialiser writes unescaped
-    again = fragment_nodes(LexborHTMLParser(serialised, is_fragment=True))
-    if len(again) == 1 and _same_tree(node, again[0]):
+    if node.tag not in _CHECKED and node.css_first(_CHECKED_SELECTOR) is None:
+        return serialised  # no text the serialiser writes unescaped, nothing the parser reads otherwise in context
+    if _parses_back(node, serialised):
         return serialised
-    return _escaped(node, void)
+    escaped = _escaped(node, void)
+    return escaped if _parses_back(node, escaped) else escape_text(serialised)
+
+
+def _parses_back(node: LexborNode, html: str) -> bool:
+    """Whether ``html``, parsed as a fragment (as browsers that run scripts parse), is ``node``'s tree."""
+    again = fragment_nodes(LexborHTMLParser(html, is_fragment=True, scripting=True))
+    return len(again) == 1 and _same_tree(node, again[0])
+
+
+def _content(node: LexborNode) -> list[LexborNode]:
+    """``node``'s child nodes; a ``<template>``'s are its content (a fragment of its own, which ``css`` never
+    reaches)."""
+    if node.tag == "template" and node.child is None:
+        fragments = node.template_fragments()
+        return children(fragments[0]) if fragments else []
+    return children(node)
 
 
 def _same_tree(a: LexborNode, b: LexborNode) -> bool:
-    """Equal node kinds, names, attributes and texts all the way down."""
+    """Equal node kinds, names, attributes and texts all the way down, template contents included."""
     stack = [(a, b)]
     while stack:
         x, y = stack.pop()
@@ -70,7 +92,7 @@ def _same_tree(a: LexborNode, b: LexborNode) -> bool:
             y.text_content if y.is_text_node else y.html
         ):
             return False
-        xs, ys = children(x), children(y)
+        xs, ys = _content(x), _content(y)
         if len(xs) != len(ys):
             return False
         if x.tag == "plaintext" and _plaintext_read_back(xs, ys):
@@ -89,7 +111,7 @@ def _plaintext_read_back(xs: list[LexborNode], ys: list[LexborNode]) -> bool:
 
 
 def _escaped(node: LexborNode, void: frozenset[str]) -> str:
-    """``node`` serialised with every text escaped (a template's content, which is no child, as Lexbor writes it)."""
+    """``node`` serialised with every text escaped, template contents included."""
     out: list[str] = []
     stack: list[LexborNode | str] = [node]
     while stack:
@@ -100,8 +122,6 @@ def _escaped(node: LexborNode, void: frozenset[str]) -> str:
             out.append(escape_text(item.text_content or ""))
         elif not item.is_element_node:
             out.append(comment_html(item.html or ""))
-        elif item.tag == "template" and item.child is None:
-            out.append(item.html or "")
         else:
             name = item.tag or ""
             attrs = "".join(
@@ -111,7 +131,7 @@ def _escaped(node: LexborNode, void: frozenset[str]) -> str:
             out.append(f"<{name}{attrs}>")
             if name not in void:
                 stack.append(f"</{name}>")
-                stack.extend(reversed(children(item)))
+                stack.extend(reversed(_content(item)))
     return "".join(out)
 
 
