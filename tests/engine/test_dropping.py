@@ -13,25 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.engine.test_translator import SENTENCES
+from tests.engine.test_translator import SENTENCES, rows_per_step
 from tests.service.harness import EN_DE, post_then_hang_up, serve, wait_until
 from transduce.engine.batcher import BatcherConfig, Delivery, DynamicBatcher
 from transduce.engine.errors import DeadlineExceededError
 from transduce.engine.options import DecodeOptions
 from transduce.engine.translator import Translator
-
-
-def rows_per_step(translator: Translator, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The decoder state's rows at each step of ``translator`` from now on (a list filled as it steps)."""
-    runner, rows = translator.runner, []
-    step = runner.step
-
-    def counted(tokens: Any, state: Any) -> Any:
-        rows.append(state.rows)
-        return step(tokens, state)
-
-    monkeypatch.setattr(runner, "step", counted)
-    return rows
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])

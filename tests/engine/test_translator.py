@@ -71,6 +71,19 @@ def test_output_does_not_depend_on_batch(tiny_translator: Translator, beam_size:
     assert [r.tokens for r in small_chunks] == [r.tokens for r in together]
 
 
+def rows_per_step(translator: Translator, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The decoder state's rows at each step of ``translator`` from now on (a list filled as it steps)."""
+    runner, rows = translator.runner, []
+    step = runner.step
+
+    def counted(tokens: Any, state: Any) -> Any:
+        rows.append(state.rows)
+        return step(tokens, state)
+
+    monkeypatch.setattr(runner, "step", counted)
+    return rows
+
+
 @pytest.mark.parametrize(("beam_size", "shortlist"), [(1, False), (3, False), (3, True)])
 def test_each_result_is_handed_over_as_soon_as_its_sentence_ends(
     tiny_translator: Translator,
@@ -80,25 +93,20 @@ def test_each_result_is_handed_over_as_soon_as_its_sentence_ends(
     shortlist: bool,
 ) -> None:
     translator = Translator(shortlist_model_dir, device="cpu") if shortlist else tiny_translator
-    runner = translator.runner
-    steps = 0
-    step = runner.step
-
-    def counted(*args: Any) -> Any:
-        nonlocal steps
-        steps += 1
-        return step(*args)
-
-    monkeypatch.setattr(runner, "step", counted)
+    rows = rows_per_step(translator, monkeypatch)  # one entry per step
     texts = [*SENTENCES, "  "]  # a blank input is answered without decoding, with the others
     options = DecodeOptions(beam_size=beam_size, num_hypotheses=2 if beam_size > 1 else 1, return_scores=True)
     early: list[tuple[int, Any, int]] = []
     results = translator.translate(
-        texts, source_lang="en", target_lang="de", options=options, on_result=lambda i, r: early.append((i, r, steps))
+        texts,
+        source_lang="en",
+        target_lang="de",
+        options=options,
+        on_result=lambda i, r: early.append((i, r, len(rows))),
     )
     assert sorted(i for i, _, _ in early) == list(range(len(SENTENCES)))  # each decoded input once
     assert all(results[i] == result for i, result, _ in early)
-    assert min(at for _, _, at in early) < steps  # some were handed over while others still decoded
+    assert min(at for _, _, at in early) < len(rows)  # some were handed over while others still decoded
     assert results == translator.translate(texts, source_lang="en", target_lang="de", options=options)
 
 

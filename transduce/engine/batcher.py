@@ -20,10 +20,6 @@ K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
 
-Deliver = Callable[
-    [int, R], None
-]  # process() hands the result of its i-th item over before the batch ends (a Delivery)
-
 log = logging.getLogger("transduce.batcher")
 
 
@@ -147,7 +143,7 @@ class DynamicBatcher(Generic[K, T, R]):
 
     def __init__(
         self,
-        process: Callable[[K, list[T], Deliver[R]], list[R]],
+        process: Callable[[K, list[T], Delivery[K, T, R]], list[R]],
         config: BatcherConfig | None = None,
         *,
         cost: Callable[[T], int] = lambda _: 1,

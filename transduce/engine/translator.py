@@ -207,8 +207,7 @@ class Translator:
         results: list[TranslationResult | None] = [TranslationResult([t.strip()] * k, [[]] * k, scores) for t in texts]
         encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
         early = None if on_result is None else (lambda j, result: on_result(todo[j], result))
-        position = {i: j for j, i in enumerate(todo)}
-        gone = None if dropped is None else (lambda: [position[i] for i in dropped() if i in position])
+        gone = None if dropped is None else _positions(dropped, todo)
         for i, result in zip(
             todo, self.translate_batch(encoded, options=options, on_result=early, dropped=gone), strict=True
         ):
@@ -257,7 +256,7 @@ class Translator:
                 if not chunk:
                     continue
             early = None if on_result is None else (lambda j, hyps, chunk=chunk: done(chunk[j], hyps))
-            gone = None if dropped is None else _in_chunk(dropped, chunk)
+            gone = None if dropped is None else _positions(dropped, chunk)
             decoded = self._decode_chunk([source[i] for i in chunk], options, early, gone)
             for i, hyps in zip(chunk, decoded, strict=True):
                 done(i, hyps)
@@ -359,9 +358,9 @@ class Translator:
         return hypotheses
 
 
-def _in_chunk(dropped: Dropped, chunk: list[int]) -> Dropped:
-    """``dropped`` (indices into a translate_batch's sources) as positions in ``chunk`` (a list of those indices)."""
-    position = {i: j for j, i in enumerate(chunk)}
+def _positions(dropped: Dropped, among: list[int]) -> Dropped:
+    """``dropped`` (indices) as positions in ``among`` (a list of some of those indices; the others are not named)."""
+    position = {i: j for j, i in enumerate(among)}
     return lambda: [position[i] for i in dropped() if i in position]
 
 

@@ -30,10 +30,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
-from transduce.service.htmlkept import children as _children
-from transduce.service.htmlkept import comment_html as _comment
-from transduce.service.htmlkept import fragment_nodes as _top_nodes
-from transduce.service.htmlkept import kept_html
+from transduce.service.htmlkept import children, comment_html, fragment_nodes, kept_html
 from transduce.service.htmlnodes import Atom, AttrSlot, Inline, Node, Tag, Term
 from transduce.service.htmlunits import Unit
 
@@ -83,14 +80,14 @@ def _is_inline(node: LexborNode) -> bool:
         return True
     if name not in INLINE:
         return False
-    stack = _children(node)
+    stack = children(node)
     while stack:
         child = stack.pop()
         if not child.is_element_node or child.tag in KEPT_INLINE or child.tag in VOID_INLINE:
             continue
         if child.tag not in INLINE:
             return False
-        stack += _children(child)
+        stack += children(child)
     return True
 
 
@@ -209,7 +206,7 @@ class _Builder:
         """The content of a block: runs of inline content and the blocks between them."""
         if depth > MAX_DEPTH:
             raise ApiError(400, f"q nests HTML elements more than {MAX_DEPTH} deep: send it with less nesting")
-        for child in _children(node):
+        for child in children(node):
             if child.is_element_node and not _is_inline(child):
                 self.flush()
                 self.block(child, depth + 1)
@@ -233,7 +230,7 @@ class _Builder:
             return node.text_content or ""
         name = node.tag or ""
         if not node.is_element_node:  # a comment (CDATA and processing instructions parse as comments)
-            return Atom(_comment(node.html or ""), silent=True)
+            return Atom(comment_html(node.html or ""), silent=True)
         if depth > MAX_DEPTH:
             raise ApiError(400, f"q nests HTML elements more than {MAX_DEPTH} deep: send it with less nesting")
         if name in VOID:
@@ -244,7 +241,7 @@ class _Builder:
         if not text or _HANDLE.fullmatch(text.strip()):
             return Atom(outer_html(node))  # empty (an anchor), or a mention, hashtag or link written out
         tag = self.tag(node)
-        return Inline(tag, [self.inline(child, depth + 1) for child in _children(node)])
+        return Inline(tag, [self.inline(child, depth + 1) for child in children(node)])
 
 
 def _declare_utf8(parser: LexborHTMLParser) -> None:
@@ -297,7 +294,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
         root = parser.root
         document = root.parent if root is not None else None
         doctype = _DOCTYPE.match(text)
-        for node in _children(document) if document is not None else []:
+        for node in children(document) if document is not None else []:
             if node.is_element_node:
                 builder.block(node, 1)
             elif node.tag == "-doctype" and doctype is not None:  # as written: Lexbor writes <!DOCTYPE html> for any,
@@ -308,7 +305,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
     parser = LexborHTMLParser(text, is_fragment=True, scripting=True)
     if utf8:
         _declare_utf8(parser)
-    for node in _top_nodes(parser):
+    for node in fragment_nodes(parser):
         if node.is_element_node and not _is_inline(node):
             builder.flush()
             builder.block(node, 1)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any, Protocol, TypeVar
 
-from transduce.engine.batcher import BatcherConfig, BatchStats, Deliver, Delivery, DynamicBatcher
+from transduce.engine.batcher import BatcherConfig, BatchStats, Delivery, DynamicBatcher
 from transduce.engine.errors import RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig, sentence_cost
 from transduce.engine.scheduler import StepScheduler, StepStats, Timed
@@ -122,7 +122,9 @@ class StaticBatching:
         items = [(text, sentence_cost(self.translator.count_tokens(text), options)) for text in texts]
         return await self.batcher.submit((source_lang, target_lang, options), items, deadline=deadline)
 
-    def _process(self, key: Key, items: list[tuple[str, int]], deliver: Deliver[Timed]) -> list[Timed]:
+    def _process(
+        self, key: Key, items: list[tuple[str, int]], deliver: Delivery[Key, tuple[str, int], Timed]
+    ) -> list[Timed]:
         """Runs in the batcher's worker thread: one engine call for sentences sharing ``key``. The engine's
         Translator hands each sentence over as it finishes, so a request is answered when its own sentences are
         done, not when the longest sentence of its batch is."""
@@ -131,8 +133,7 @@ class StaticBatching:
         early: dict[str, Any] = {}  # a translator without early results (the tests' fakes): all at the batch's end
         if isinstance(self.translator, Translator):
             early["on_result"] = lambda i, r: deliver(i, Timed(r, started, time.monotonic()))
-            if isinstance(deliver, Delivery):  # a client gone or a deadline passed: its sentences leave the batch
-                early["dropped"] = deliver.abandoned
+            early["dropped"] = deliver.abandoned  # a client gone or a deadline passed: its sentences leave the batch
         texts = [t for t, _ in items]
         results = self.translator.translate(texts, source_lang=source, target_lang=target, options=options, **early)
         finished = time.monotonic()

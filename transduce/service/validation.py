@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from transduce.engine.errors import InputTooLongError
 from transduce.service.config import Settings
@@ -278,10 +278,8 @@ def _masked(item: str | HtmlItem, terms: Terms) -> Item:
 
 def _counter(translator: TranslatorLike, source: str, target: str) -> tuple[Callable[[str], int], int]:
     """How to count a sentence of ``source`` translated into ``target``, and the model's limit."""
-    counter_for = getattr(translator, "counter_for", None)  # RoutedCounting (a Protocol isinstance is slow)
-    if counter_for is not None:
-        counted: tuple[Callable[[str], int], int] = counter_for(source, target)
-        return counted
+    if getattr(translator, "counter_for", None) is not None:  # a RoutedCounting (a Protocol isinstance is slow)
+        return cast(RoutedCounting, translator).counter_for(source, target)
     return translator.count_tokens, translator.max_source_tokens
 
 
