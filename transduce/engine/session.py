@@ -176,6 +176,19 @@ def session_options(
     return opts
 
 
+def model_providers(manifest: Manifest, device: str) -> list[str]:
+    """The providers ``manifest``'s model runs on for ``device``: ``choose_providers``, except that an int8 export
+    runs on the CPU unless ``device`` is "cuda" (its decoders are the CPU graphs; int8 MatMuls have no CUDA kernels
+    in onnxruntime)."""
+    providers = choose_providers(device)
+    if manifest.dtype == "int8-dynamic" and device == "auto" and providers != [CPU]:
+        if manifest.model_name not in _SAID:
+            _SAID.add(manifest.model_name)
+            log.info("%s is an int8 export, made for CPUs: serving it on the CPU", manifest.model_name)
+        providers = [CPU]
+    return providers
+
+
 def open_runner(
     manifest: Manifest,
     *,
@@ -197,10 +210,7 @@ def open_runner(
     (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
     model's shortlist, already loaded by another runner (replicas share one instead of a copy each). ``shared_pool``:
     make the process's shared thread pool (``SharedPool``) of ``intra_threads`` if it is not made yet."""
-    providers = choose_providers(device)
-    if manifest.dtype == "int8-dynamic" and device == "auto" and providers != [CPU]:
-        log.info("%s is an int8 export, made for CPUs: serving it on the CPU", manifest.model_name)
-        providers = [CPU]  # its decoders are the CPU graphs; int8 MatMuls have no CUDA kernels in onnxruntime
+    providers = model_providers(manifest, device)
     keep_step_arrays_on_heap()
     if shared_pool:
         PROCESS_POOL.make(intra_threads if intra_threads > 0 else usable_cores())

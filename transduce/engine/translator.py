@@ -15,11 +15,11 @@ import numpy as np
 from transduce.engine.cache import unless_identity
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
-from transduce.engine.manifest import load_manifest
+from transduce.engine.manifest import Manifest, load_manifest
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.search import GreedySearch, Hypothesis, make_search
-from transduce.engine.session import choose_providers, open_runner, usable_cores
+from transduce.engine.session import model_providers, open_runner, usable_cores
 from transduce.engine.shortlist import ShortlistConfig
 from transduce.engine.text import has_letters
 from transduce.tokenizer import Tokenizer
@@ -67,13 +67,30 @@ def count_source_tokens(tokenizer: Tokenizer, text: str) -> int:
     return len(tokenizer.encode(text)) + 2
 
 
-def auto_replicas(device: str) -> int:
-    """Engine replicas for ``replicas=0``: on a CPU with 2 or more cores, 2 (on the 2-core bench machine, 2
-    replicas of 1 thread served 1.17-1.49x the requests/s of 1 of 2 threads at beam 4 from 16 clients on and cut
-    the short requests' open-loop p99 to 0.5-0.8x; with 1-4 clients 0.78-1.30x); on CUDA, or 1 core, 1."""
-    if device != "cpu" and CUDA in choose_providers(device):
-        return 1
+CUDA_REPLICAS = 2  # engine replicas on CUDA for replicas=0 (see auto_replicas)
+
+
+def auto_replicas(manifest: Manifest, device: str) -> int:
+    """Engine replicas for ``replicas=0``: on CUDA, 2; on a CPU with 2 or more cores, 2 (on the 2-core bench
+    machine, 2 replicas of 1 thread served 1.17-1.49x the requests/s of 1 of 2 threads at beam 4 from 16 clients on
+    and cut the short requests' open-loop p99 to 0.5-0.8x; with 1-4 clients 0.78-1.30x); on 1 core, 1.
+
+    On CUDA the GPU waits on the host: a decoder step's Python and search work runs between its kernels, and one
+    engine kept an H200 18-19 % busy. Two replicas overlap that work: on an H200, 1.05-1.91x the requests/s of one
+    engine from 16 clients on, beam 4 and greedy (bench/results/cuda-replicas-h200/); 4 replicas mostly served
+    less than 2."""
+    if CUDA in model_providers(manifest, device):
+        return CUDA_REPLICAS
     return 2 if usable_cores() >= 2 else 1
+
+
+def auto_intra_threads(manifest: Manifest, device: str, replicas: int) -> int:
+    """Threads per replica for ``intra_threads=0``: on CUDA 1 (the graph runs on the GPU; a wider pool only spins on
+    the host: on an H200 one engine of 16 threads served what one of 1 did, for 132 against 9 ms of CPU per beam-4
+    request); on a CPU the cores shared out between the replicas (0 with one replica: every core)."""
+    if CUDA in model_providers(manifest, device):
+        return 1
+    return max(1, usable_cores() // replicas) if replicas > 1 else 0
 
 
 class Translator:
@@ -95,7 +112,7 @@ class Translator:
         """``replicas``: sessions opened side by side; that many ``translate`` calls from different threads decode
         at once (CTranslate2's inter_threads; the service's ``engine_replicas``). Each has ``intra_threads`` threads,
         or (0) the cores shared out between them, e.g. two of one thread each on two cores. ``replicas=0`` picks
-        (``auto_replicas``): 2 on a CPU with 2 or more cores, else 1.
+        (``auto_replicas``): 2 on CUDA and on a CPU with 2 or more cores, else 1.
 
         ``shared_pool``: with one replica, run on the process's one onnxruntime thread pool, made of this engine's
         thread count unless an engine made it before (``transduce.engine.session.SharedPool``: 1.04-1.10x on 2
@@ -116,9 +133,9 @@ class Translator:
                 f"eos {m.eos_id}): re-export the model"
             )
         if replicas == 0:  # after the model is known to load: a missing model is the first thing said
-            replicas = auto_replicas(device)
-        if intra_threads == 0 and replicas > 1:
-            intra_threads = max(1, usable_cores() // replicas)
+            replicas = auto_replicas(m, device)
+        if intra_threads == 0:
+            intra_threads = auto_intra_threads(m, device, replicas)
         self.runners: list[DecoderRunner] = []
         for _ in range(replicas):
             self.runners.append(
