@@ -290,14 +290,21 @@ class _Worker:
                 and owner._steps - r.pending[0].tag.blocked_since >= cfg.starve_steps * len(owner._workers)
                 and fair(r, r.pending[0])
             ]
-            if starved:  # the sentence kept out longest by what others hold goes first, once the batch has room
-                oldest = min(starved, key=lambda r: r.pending[0].tag.blocked_since)
-                if not fits(oldest.pending[0]):
-                    self.refused = True
-                    return  # the batch drains until it fits
-                take(oldest)
+            # the sentences kept out longest by what others hold go first, the costliest first among equals (the
+            # others fit beside what is running later); at the first that does not fit, the batch drains for it: no
+            # younger sentence may join and make it wait for another drain
+            draining = False
+            for request in sorted(starved, key=lambda r: (r.pending[0].tag.blocked_since, -r.pending[0].cost)):
+                if not fits(request.pending[0]) or active >= cfg.max_batch_size:
+                    draining = True
+                    for other in owner._requests:  # kept out by the drain: their starving starts now, not later
+                        job = other.pending[0]
+                        if job.tag.blocked_since is None and fair(other, job):
+                            job.tag.blocked_since = owner._steps
+                    break
+                take(request)
             blocked = 0  # requests in a row that could not take a sentence
-            while owner._requests and active < cfg.max_batch_size and blocked < len(owner._requests):
+            while not draining and owner._requests and active < cfg.max_batch_size and blocked < len(owner._requests):
                 request = owner._requests[0]
                 job = request.pending[0]
                 owner._requests.rotate(-1)  # the next sentence comes from the next request
