@@ -1,6 +1,6 @@
 """What /metrics and the access log say of a request, from the metrics probe of 2026-11-26: characters are counted
 for translated requests only, HEAD is logged as HEAD, plain-text access lines carry their fields, and the shutdown
-grace's cut-off is logged as such."""
+grace's cut-off is logged as such; /detect is logged and counted apart."""
 
 from __future__ import annotations
 
@@ -63,3 +63,20 @@ async def test_the_grace_cut_off_is_logged_as_such(caplog: pytest.LogCaptureFixt
     messages: list[Any] = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("shutdown grace of 0.3 s is over") for m in messages), messages
     assert not [m for m in messages if "within 0 s" in m or "within 0.0 s" in m], messages
+
+
+async def test_detect_requests_are_logged_and_counted_apart(caplog: pytest.LogCaptureFixture) -> None:
+    """A /detect request is one access line and counts in transduce_detect_requests, not among translate requests
+    (the metrics probe of 2026-11-26 found it in neither)."""
+    caplog.set_level(logging.INFO, logger="transduce.access")
+    async with serve() as (client, _):
+        before = (await client.get("/metrics")).text
+        assert (await client.post("/detect", json={"q": "Good morning, how are you today?"})).status_code == 200
+        assert (await client.post("/detect", json={"q": ""})).status_code == 400
+        after = (await client.get("/metrics")).text
+    for status in ("200", "400"):
+        detects = [metric(text, "transduce_detect_requests_total", status=status) for text in (before, after)]
+        translates = [metric(text, "transduce_requests_total", status=status) for text in (before, after)]
+        assert detects[1] == detects[0] + 1 and translates[1] == translates[0]
+    lines = [r.fields for r in caplog.records if r.name == "transduce.access"]  # type: ignore[attr-defined]
+    assert [(f["path"], f["status"]) for f in lines] == [("/detect", 200), ("/detect", 400)]

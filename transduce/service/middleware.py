@@ -22,6 +22,7 @@ log = logging.getLogger("transduce.service")
 INTERNAL_ERROR = json.dumps({"error": "internal error"}).encode()
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 RECORDED_PATHS = ("/translate", "/translate_file")  # the requests counted in /metrics and logged, one line each
+DETECT_PATH = "/detect"  # logged too, and counted apart (transduce_detect_requests): no translation is made
 
 
 class HeadAsGetMiddleware:
@@ -47,7 +48,7 @@ class HeadAsGetMiddleware:
 
 class RequestContextMiddleware:
     """Echo (or create) X-Request-ID; turn an unexpected exception into a JSON 500; log one line per request to
-    ``RECORDED_PATHS``."""
+    ``RECORDED_PATHS`` and to ``DETECT_PATH``."""
 
     def __init__(self, app: ASGIApp, state: AppState) -> None:
         self.app, self.state = app, state
@@ -85,13 +86,16 @@ class RequestContextMiddleware:
             await send_with_id({"type": "http.response.start", "status": 500, "headers": error_headers})
             await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
-            if scope.get("path") in RECORDED_PATHS:
+            if scope.get("path") in RECORDED_PATHS or scope.get("path") == DETECT_PATH:
                 self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
 
     def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:
         metrics = self.state.metrics
-        metrics.requests.labels(status=str(status)).inc()
-        metrics.request_seconds.observe(total_ms / 1000)
+        if scope.get("path") == DETECT_PATH:
+            metrics.detect_requests.labels(status=str(status)).inc()
+        else:
+            metrics.requests.labels(status=str(status)).inc()
+            metrics.request_seconds.observe(total_ms / 1000)
         state: dict[str, Any] = scope.get("state", {})
         timing = state.get("timing")
         fields = {

@@ -22,6 +22,12 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("transduce_requests", "Translate requests by HTTP status", ["status"], registry=r)
+        self.detect_requests = Counter(
+            "transduce_detect_requests",
+            "Language detection requests (POST /detect) by HTTP status",
+            ["status"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
             "transduce_request_duration_seconds",
             "Total time of a translate request",
