@@ -336,10 +336,11 @@ async def test_a_long_sentence_is_not_starved_by_a_stream_of_short_ones(tiny_tra
     longest_short = max(options.max_lengths(sources, 10**6))
     # steps it waited in the queue: its first admission attempt (join_every_steps), starve_steps, the drain for the
     # short sentences starved before it arrived (the budget is so tight that some always are; they are older, so
-    # they go first, and fit beside each other), the longest run of a sentence admitted just before admissions
-    # stopped for it, the admission after the step that emptied the batch, and 1 because the step count is read
-    # while a step may be running (unguarded, it waited 30,000 steps here; 45-47 on a busy machine when short
-    # sentences blocked at the same step as it went first one at a time, each admitted beside others)
+    # they go first; here they fit beside each other in one drain, though five could cost more than the budget and
+    # chain drains, which a review's 6,000 simulated runs never did), the longest run of a sentence admitted just
+    # before admissions stopped for it, the admission after the step that emptied the batch, and 1 because the step
+    # count is read while a step may be running (unguarded, it waited 30,000 steps here; 45-47 on a busy machine
+    # when short sentences blocked at the same step as it went first one at a time, each admitted beside others)
     assert timed.steps_queued <= 2 + 6 + longest_short + longest_short + 1 + 1
     # once it starved, the batch drained for it: no short sentence sent after that started before it did
     queued_at = sum(1 for t in stepped if t <= timed.started) - timed.steps_queued  # steps done when it was queued

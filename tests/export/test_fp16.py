@@ -187,35 +187,47 @@ def test_an_int8_export_runs_on_the_cpu_when_the_device_is_auto(
     assert opened == [["CUDAExecutionProvider", "CPUExecutionProvider"]] * 2
 
 
-def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_an_int8_export_keeps_the_cpus(
+def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_a_cpu_fallback_gets_the_cpus(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On CUDA (offered here by a stand-in) auto replicas and threads make 2 engines of 1 thread: the GPU waits on
-    each engine's host work between steps, and more threads only spin (bench/results/cuda-replicas-h200/). An int8
-    export, served on the CPU, gets the CPU's: the cores shared out between 2 replicas. Numbers set are kept."""
+    """On CUDA (a stand-in: sessions that run on the CPU but report CUDA when asked for it) auto replicas and threads
+    make 2 engines of 1 thread: the GPU waits on each engine's host work between steps, and more threads only spin
+    (bench/results/cuda-replicas-h200/). One replica keeps every core (its pool may be shared). Where CUDA is
+    offered but the sessions fall back to the CPU, and for an int8 export (served on the CPU), the CPU's numbers:
+    the cores shared out between 2 replicas. Numbers set are kept."""
     import onnxruntime as ort
 
     from transduce.engine import session, translator
     from transduce.engine.translator import Translator
     from transduce.export.quantize import quantize_model_dir
 
-    real = ort.InferenceSession
-
-    def on_the_cpu(path: str | bytes, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
-        return real(path, options, providers=["CPUExecutionProvider"])
-
     gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    cuda_opens = True
+
+    class StandIn(ort.InferenceSession):
+        def __init__(self, path: str | bytes, options: ort.SessionOptions, providers: list[str]) -> None:
+            super().__init__(path, options, providers=["CPUExecutionProvider"])
+            self.asked = providers
+
+        def get_providers(self) -> list[str]:
+            return gpu if cuda_opens and "CUDAExecutionProvider" in self.asked else super().get_providers()
+
     monkeypatch.setattr(session, "choose_providers", lambda device: gpu[1:] if device == "cpu" else gpu)
-    monkeypatch.setattr(session.ort, "InferenceSession", on_the_cpu)
+    monkeypatch.setattr(session.ort, "InferenceSession", StandIn)
     for module in (translator, session):
         monkeypatch.setattr(module, "usable_cores", lambda: 8)
 
     def threads(engine: Translator) -> list[int]:
         return [r.sessions.options.intra_op_num_threads for r in engine.runners]
 
-    assert threads(Translator(tiny_model_dir, device="auto", replicas=0)) == [1, 1]
-    assert threads(Translator(tiny_model_dir, device="auto", replicas=1)) == [1]
+    on_gpu = Translator(tiny_model_dir, device="auto", replicas=0)
+    assert on_gpu.runner.sessions.provider == "CUDAExecutionProvider" and threads(on_gpu) == [1, 1]
+    assert threads(Translator(tiny_model_dir, device="auto", replicas=1)) == [8]
     assert threads(Translator(tiny_model_dir, device="auto", replicas=3, intra_threads=2)) == [2, 2, 2]
+    cuda_opens = False  # offered, but the sessions fall back to the CPU (a GPU image on a host without a GPU)
+    fallen = Translator(tiny_model_dir, device="auto", replicas=0)
+    assert fallen.runner.sessions.provider == "CPUExecutionProvider" and threads(fallen) == [4, 4]
+    cuda_opens = True
     quantize_model_dir(tiny_model_dir, tmp_path / "int8")
     assert threads(Translator(tmp_path / "int8", device="auto", replicas=0)) == [4, 4]
     assert threads(Translator(tmp_path / "int8", device="cpu", replicas=1)) == [8]

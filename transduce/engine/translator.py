@@ -15,12 +15,12 @@ import numpy as np
 from transduce.engine.cache import unless_identity
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
-from transduce.engine.manifest import Manifest, load_manifest
+from transduce.engine.manifest import load_manifest
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.search import GreedySearch, Hypothesis, make_search
 from transduce.engine.session import model_providers, open_runner, usable_cores
-from transduce.engine.shortlist import ShortlistConfig
+from transduce.engine.shortlist import Shortlist, ShortlistConfig
 from transduce.engine.text import has_letters
 from transduce.tokenizer import Tokenizer
 
@@ -70,27 +70,26 @@ def count_source_tokens(tokenizer: Tokenizer, text: str) -> int:
 CUDA_REPLICAS = 2  # engine replicas on CUDA for replicas=0 (see auto_replicas)
 
 
-def auto_replicas(manifest: Manifest, device: str) -> int:
-    """Engine replicas for ``replicas=0``: on CUDA, 2; on a CPU with 2 or more cores, 2 (on the 2-core bench
-    machine, 2 replicas of 1 thread served 1.17-1.49x the requests/s of 1 of 2 threads at beam 4 from 16 clients on
-    and cut the short requests' open-loop p99 to 0.5-0.8x; with 1-4 clients 0.78-1.30x); on 1 core, 1.
+def auto_replicas(on_cuda: bool) -> int:
+    """Engine replicas for ``replicas=0``: 2 where 2 or more cores are usable, else 1. On a CPU (the 2-core bench
+    machine), 2 replicas of 1 thread served 1.17-1.49x the requests/s of 1 of 2 threads at beam 4 from 16 clients
+    on and cut the short requests' open-loop p99 to 0.5-0.8x; with 1-4 clients 0.78-1.30x.
 
     On CUDA the GPU waits on the host: a decoder step's Python and search work runs between its kernels, and one
-    engine kept an H200 18-19 % busy. Two replicas overlap that work: on an H200, 1.05-1.91x the requests/s of one
-    engine from 16 clients on, beam 4 and greedy (bench/results/cuda-replicas-h200/); 4 replicas mostly served
-    less than 2."""
-    if CUDA in model_providers(manifest, device):
-        return CUDA_REPLICAS
-    return 2 if usable_cores() >= 2 else 1
+    engine kept an H200 18-19 % busy. Two replicas overlap that work: on an H200 the service served 1.05-1.91x the
+    requests/s of one engine of 16 threads from 16 clients on, beam 4 and greedy, static batching
+    (bench/results/cuda-replicas-h200/); 4 replicas mostly served less than 2."""
+    return (CUDA_REPLICAS if on_cuda else 2) if usable_cores() >= 2 else 1
 
 
-def auto_intra_threads(manifest: Manifest, device: str, replicas: int) -> int:
-    """Threads per replica for ``intra_threads=0``: on CUDA 1 (the graph runs on the GPU; a wider pool only spins on
-    the host: on an H200 one engine of 16 threads served what one of 1 did, for 132 against 9 ms of CPU per beam-4
-    request); on a CPU the cores shared out between the replicas (0 with one replica: every core)."""
-    if CUDA in model_providers(manifest, device):
-        return 1
-    return max(1, usable_cores() // replicas) if replicas > 1 else 0
+def auto_intra_threads(on_cuda: bool, replicas: int) -> int:
+    """Threads per replica for ``intra_threads=0``: one replica, every core (0; its pool may be the process's,
+    which other models and a CPU fallback share); several, the cores shared out between them on a CPU, and 1 on
+    CUDA (the graph runs on the GPU, and a wider pool only spins on the host: on an H200 one engine of 16 threads
+    served what one of 1 did, for 132 against 9 ms of CPU per beam-4 request)."""
+    if replicas <= 1:
+        return 0
+    return 1 if on_cuda else max(1, usable_cores() // replicas)
 
 
 class Translator:
@@ -111,8 +110,8 @@ class Translator:
     ) -> None:
         """``replicas``: sessions opened side by side; that many ``translate`` calls from different threads decode
         at once (CTranslate2's inter_threads; the service's ``engine_replicas``). Each has ``intra_threads`` threads,
-        or (0) the cores shared out between them, e.g. two of one thread each on two cores. ``replicas=0`` picks
-        (``auto_replicas``): 2 on CUDA and on a CPU with 2 or more cores, else 1.
+        or (0) the cores shared out between them, e.g. two of one thread each on two cores (on CUDA, one each).
+        ``replicas=0`` picks (``auto_replicas``): 2 where 2 or more cores are usable, else 1.
 
         ``shared_pool``: with one replica, run on the process's one onnxruntime thread pool, made of this engine's
         thread count unless an engine made it before (``transduce.engine.session.SharedPool``: 1.04-1.10x on 2
@@ -132,25 +131,36 @@ class Translator:
                 f"{self.tokenizer.eos_id}) does not match the manifest ({m.vocab_size} pieces, "
                 f"eos {m.eos_id}): re-export the model"
             )
-        if replicas == 0:  # after the model is known to load: a missing model is the first thing said
-            replicas = auto_replicas(m, device)
-        if intra_threads == 0:
-            intra_threads = auto_intra_threads(m, device, replicas)
-        self.runners: list[DecoderRunner] = []
-        for _ in range(replicas):
-            self.runners.append(
-                open_runner(
-                    m,
-                    device=device,
-                    intra_threads=intra_threads,
-                    inter_threads=inter_threads,
-                    strict_device=strict_device,
-                    shortlist=shortlist,
-                    shortlist_config=shortlist_config,
-                    loaded_shortlist=self.runners[0].sessions.shortlist if self.runners else None,
-                    shared_pool=shared_pool and replicas == 1,
-                )
+
+        def plan(on_cuda: bool) -> tuple[int, int]:  # (replicas, threads each), the auto ones (0) chosen
+            n = replicas or auto_replicas(on_cuda)
+            return n, intra_threads or auto_intra_threads(on_cuda, n)
+
+        def opened(n: int, threads: int, loaded: Shortlist | None) -> DecoderRunner:
+            return open_runner(
+                m,
+                device=device,
+                intra_threads=threads,
+                inter_threads=inter_threads,
+                strict_device=strict_device,
+                shortlist=shortlist,
+                shortlist_config=shortlist_config,
+                loaded_shortlist=loaded,
+                shared_pool=shared_pool and n == 1,
             )
+
+        # after the model is known to load (a missing model is the first thing said); planned for where the model is
+        # meant to run, then for where its first replica really runs: CUDA offered but not usable (a GPU image on a
+        # host without a GPU) falls back to the CPU, which gets the CPU's numbers
+        on_cuda = CUDA in model_providers(m, device)
+        n, threads = plan(on_cuda)
+        first = opened(n, threads, None)
+        if on_cuda and first.sessions.provider != CUDA and plan(False) != (n, threads):
+            n, threads = plan(False)
+            first = opened(n, threads, None)
+        self.runners: list[DecoderRunner] = [first]
+        while len(self.runners) < n:
+            self.runners.append(opened(n, threads, first.sessions.shortlist))
         self.runner = self.runners[0]  # the first replica (the provider, and what tests patch)
         self._free: queue.SimpleQueue[DecoderRunner] = queue.SimpleQueue()  # runners no translate call holds
         for runner in self.runners:

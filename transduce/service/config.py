@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     intra_threads: int = Field(
         0,
         description="onnxruntime threads per operator and engine replica (0 = the cores divided by the replicas; "
-        "1 on CUDA, where the graph runs on the GPU)",
+        "1 each on CUDA with several replicas: the graph runs on the GPU)",
     )
     shortlist: bool = Field(
         True,
@@ -56,7 +56,8 @@ class Settings(BaseSettings):
         description="engine sessions decoding side by side, a copy of the model in memory each (static: batches; "
         "step: one running batch each, fed from one queue); 0 = auto: 2 on a CPU with 2 or more cores (2 replicas of "
         "1 thread on 2 cores served 1.17-1.49x the requests of 1 of 2 threads at beam 4 from 16 clients on, and the "
-        "step scheduler 1.1-1.7x), 2 of 1 thread each on CUDA (1.05-1.91x one engine on an H200), 1 on 1 core",
+        "step scheduler 1.1-1.7x), 2 of 1 thread each on CUDA (1.05-1.91x one engine of 16 threads on an H200), "
+        "1 on 1 core",
     )
     host: str = Field("127.0.0.1", description="address to bind")
     port: int = Field(5000, description="port to bind (5000 is LibreTranslate's)")
