@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transduce.bench.load import HEAVY_CHARS, MODES, heavy_workload, run, workload
+from transduce.bench.load import HEAVY_CHARS, MODES, SET_BY_MODE, heavy_workload, run, server_env, workload
 
 SENTENCES = ["Hello world.", "The cat sees the dog.", "A big red house.", "Good night, old world!"]
 
@@ -100,3 +100,20 @@ def test_a_service_that_cannot_start_says_why(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match=r"\(static\) did not become ready: transduce serve: .* does not exist"):
         serve(str(tmp_path / "missing"), "static", 1)
+
+
+def test_auto_mode_leaves_the_scheduler_replicas_and_threads_to_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` measures the service as it starts by default (e.g. its engine replicas on a GPU machine): none of the
+    three settings the other modes fix reaches it, not even from the bench's own environment."""
+    monkeypatch.setenv("TRANSDUCE_ENGINE_REPLICAS", "3")
+    auto = server_env("model", "auto", 4, 5000)
+    assert not set(SET_BY_MODE) & set(auto) and auto["TRANSDUCE_CACHE_SIZE"] == "0"
+    fixed = server_env("model", "replicas", 4, 5000)
+    assert [fixed[k] for k in SET_BY_MODE] == ["static", "1", "4"]
+    assert [server_env("model", "step", 4, 5000)[k] for k in SET_BY_MODE] == ["step", "4", "1"]
+
+
+def test_an_unknown_mode_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """A mistyped mode ran as static batching under its own name."""
+    with pytest.raises(ValueError, match=r"unknown mode 'replica': choose from step, .*, auto"):
+        run(str(tmp_path / "missing"), modes=("static", "replica"), work=tmp_path, out_dir=tmp_path / "out")

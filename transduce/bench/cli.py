@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--modes",
         default="step,step-replicas,static,replicas,off",
         help="service modes to compare (load); replicas: static batching with one engine replica per thread; "
-        "step-replicas: the step scheduler with one worker and engine replica per thread",
+        "step-replicas: the step scheduler with one worker and engine replica per thread; auto (not run unless named): "
+        "the service's own scheduler, replicas and threads",
     )
     parser.add_argument(
         "--rounds",

@@ -66,6 +66,10 @@ def _cpu_seconds(pid: int) -> dict[str, float]:
 # replicas: static batching, one engine replica per thread; step-replicas: the step scheduler, one worker per thread
 MODES = ("step", "step-replicas", "static", "replicas", "off")
 REPLICATED = ("replicas", "step-replicas")
+# auto: the service as it starts with none of these settings (its own scheduler, engine replicas and threads), e.g.
+# to measure its defaults on a GPU machine; not in the default run
+CHOICES = (*MODES, "auto")
+SET_BY_MODE = ("TRANSDUCE_SCHEDULER", "TRANSDUCE_INTRA_THREADS", "TRANSDUCE_ENGINE_REPLICAS")
 
 
 @dataclass(frozen=True)
@@ -196,26 +200,37 @@ def _summary(load: list[Request], latencies: list[tuple[bool, float]], errors: i
     }
 
 
-def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
-    """`transduce serve` as a subprocess on loopback in ``mode`` (step, step-replicas: step with ``threads`` engine
-    replicas of one thread each, static, replicas: static with ``threads`` engine replicas of one thread each, or
-    off: static with batches of 1)."""
-    port = _free_port()
-    env = {
-        **os.environ,
+def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, str]:
+    """The environment `transduce serve` runs in for ``mode`` (``CHOICES``): this process's, with the bench's limits
+    (no cache, no queue limit, 600 s timeouts) and the mode's scheduler, replicas and threads; under ``auto``, none
+    of those three, even if this process's environment sets them."""
+    env = {k: v for k, v in os.environ.items() if mode != "auto" or k not in SET_BY_MODE}
+    env |= {
         "TRANSDUCE_MODEL_DIR": model_dir,
         "TRANSDUCE_PORT": str(port),
         "TRANSDUCE_HOST": "127.0.0.1",
-        "TRANSDUCE_SCHEDULER": "step" if mode.startswith("step") else "static",
         "TRANSDUCE_MAX_BATCH_SIZE": "1" if mode == "off" else "32",
         "TRANSDUCE_MAX_WAIT_MS": "0" if mode == "off" else "5",
         "TRANSDUCE_MAX_QUEUE_ITEMS": "100000",
         "TRANSDUCE_REQUEST_TIMEOUT_S": "600",
-        "TRANSDUCE_INTRA_THREADS": "1" if mode in REPLICATED else str(threads),
-        "TRANSDUCE_ENGINE_REPLICAS": str(threads) if mode in REPLICATED else "1",
         "TRANSDUCE_LOG_JSON": "false",
         "TRANSDUCE_CACHE_SIZE": "0",  # the workload repeats its sentences: measure decoding, not cache hits
     }
+    if mode != "auto":
+        env |= {
+            "TRANSDUCE_SCHEDULER": "step" if mode.startswith("step") else "static",
+            "TRANSDUCE_INTRA_THREADS": "1" if mode in REPLICATED else str(threads),
+            "TRANSDUCE_ENGINE_REPLICAS": str(threads) if mode in REPLICATED else "1",
+        }
+    return env
+
+
+def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
+    """`transduce serve` as a subprocess on loopback in ``mode`` (step, step-replicas: step with ``threads`` engine
+    replicas of one thread each, static, replicas: static with ``threads`` engine replicas of one thread each, off:
+    static with batches of 1, or auto: the service's own choices; ``server_env``)."""
+    port = _free_port()
+    env = server_env(model_dir, mode, threads, port)
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:  # the service's log: its last line says why it stopped before it was ready
         proc = subprocess.Popen([sys.executable, "-m", "transduce", "serve"], env=env, stdout=log, stderr=log)
@@ -295,6 +310,9 @@ def run(
     """Every mode at every concurrency, uniform and mixed workloads, then the mixed workload open-loop at each of
     ``arrivals`` (fractions of the engine alone's capacity for it); load.json + load.md. ``sentences``: one per
     request, cycled (default: English verses of the Bible dev chapters)."""
+    unknown = [m for m in modes if m not in CHOICES]
+    if unknown or not modes:
+        raise ValueError(f"unknown mode {unknown[0]!r}: choose from {', '.join(CHOICES)}" if unknown else "no mode")
     if sentences is None:
         sentences = source_sentences(max(requests, 64), work)[:requests]
     offline = offline_throughput(model_dir, sentences[:requests], beam, threads)
@@ -371,7 +389,7 @@ def table(result: dict[str, Any]) -> str:
         "service loop, service |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    workloads, modes = ["uniform", "mixed", "mixed-open", "heavy"], [*MODES]
+    workloads, modes = ["uniform", "mixed", "mixed-open", "heavy"], [*CHOICES]
 
     def order(r: dict[str, Any]) -> tuple[int, float, int]:
         level = r["concurrency"] if r["concurrency"] is not None else r["arrivals_per_s"] or 0
