@@ -170,6 +170,34 @@ def test_translate_in_the_browser(browser: Any, web_url: str, tmp_path: Path) ->
     assert browser.find_element(By.ID, "detected").text == ""
 
 
+def test_a_server_that_never_answers_is_given_up_on(browser: Any, web_url: str) -> None:
+    """A dropped connection left the page "Translating…" with its buttons off for ever: it now gives up a margin
+    past the server's own deadline (request_timeout_s, from /frontend/settings) and says so. The fetch of
+    /translate is replaced in the page by one that never answers; the margin is cut to keep the test short."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    assert httpx.get(web_url + "/frontend/settings").json()["request_timeout_s"] == 30.0
+    wait = WebDriverWait(browser, 20)
+    browser.get(web_url + "/")
+    wait.until(lambda d: len(Select(d.find_element(By.ID, "target")).options) > 0)
+    assert browser.execute_script("return settings.request_timeout_s") == 30
+    browser.execute_script(
+        """settings.request_timeout_s = 0.2; ANSWER_MARGIN_S.text = 0.3;
+        const real = window.fetch;
+        window.fetch = (url, options) => String(url).endsWith("/translate")
+          ? new Promise((_, reject) => options.signal.addEventListener(
+              "abort", () => reject(new DOMException("aborted", "AbortError"))))
+          : real(url, options);"""
+    )
+    browser.find_element(By.ID, "input").send_keys("Good morning.")
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert browser.find_element(By.ID, "error").text.startswith("The server did not answer within 0.5 s.")
+    assert browser.find_element(By.ID, "translate").is_enabled() and browser.find_element(By.ID, "swap").is_enabled()
+    assert browser.find_element(By.ID, "status").text == ""
+
+
 def test_translate_a_file_in_the_browser(browser: Any, web_url: str, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait

@@ -49,6 +49,7 @@ async def frontend_settings(state: StateDep) -> dict[str, Any]:
         "no_repeat_ngram_size": settings.no_repeat_ngram_size,
         "max_file_bytes": settings.max_file_bytes,
         "max_file_chars": settings.max_file_chars,
+        "request_timeout_s": settings.request_timeout_s,  # the page waits a margin beyond it, then says so
         "model": translator.model_name if translator else None,
         "provider": translator.provider if translator else None,
         "api_key_required": bool(settings.keys),

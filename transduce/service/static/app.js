@@ -7,7 +7,12 @@ let languages = [];
 let settings = {
   char_limit: 5000, max_queue_items: 1024, model: "", api_key_required: false,
   supportedFilesFormat: [".txt", ".md", ".html", ".htm", ".docx"], max_file_bytes: 2000000, max_file_chars: 100000,
+  request_timeout_s: 30,
 };
+// How long past the server's own deadline (request_timeout_s: it answers 504 then) the page waits for an answer:
+// the network, and for a file its upload. A connection that dropped silently would otherwise leave the page
+// "Translating…" with its buttons off for ever.
+const ANSWER_MARGIN_S = { text: 10, file: 60 };
 let busy = { text: false, file: false };  // one request of each kind at a time; a text and a file may overlap
 let translatedFrom = null;  // the input text the output translates (swap moves the output only while it still does)
 let translatedInto = null;  // the target language it was translated into
@@ -105,6 +110,31 @@ function updateCounter() {
   el.title = n > settings.char_limit ? "Over the server's character limit" : "";
 }
 
+// POST and read the JSON answer ({} if it is none), giving up (an AbortError) when the server has not answered
+// within its deadline and the margin for ``kind``.
+async function postWithin(kind, url, options) {
+  const seconds = settings.request_timeout_s + ANSWER_MARGIN_S[kind];
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), seconds * 1000);
+  try {
+    const response = await fetch(url, { ...options, method: "POST", signal: controller.signal });
+    const answer = await response.json().catch((err) => { if (err.name === "AbortError") throw err; return {}; });
+    return { response, answer };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function unreachable(kind, err) {
+  if (err.name !== "AbortError") {
+    showError("Could not reach the server. Check the connection and try again.", err.message);
+    return;
+  }
+  const seconds = Math.round((settings.request_timeout_s + ANSWER_MARGIN_S[kind]) * 10) / 10;
+  showError(`The server did not answer within ${seconds} s. Try again in a moment.`,
+    "no answer: the connection may have dropped");
+}
+
 async function translate() {
   if (busy.text || !ready()) return;
   const q = $("input").value;
@@ -118,12 +148,10 @@ async function translate() {
   setStatus("Translating…");
   const started = performance.now();
   try {
-    const response = await fetch("/translate", {
-      method: "POST",
+    const { response, answer } = await postWithin("text", "/translate", {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
-    const answer = await response.json().catch(() => ({}));
     if (!response.ok) {
       showError(humanError(response.status, answer.error || ""), answer.error || "");
       setStatus(`Model ${settings.model}`);
@@ -138,7 +166,7 @@ async function translate() {
     const ms = Math.round(performance.now() - started);
     setStatus(`Translated in ${ms} ms · model ${settings.model}`);
   } catch (err) {
-    showError("Could not reach the server. Check the connection and try again.", err.message);
+    unreachable("text", err);
     setStatus("");
   } finally {
     busy.text = false;
@@ -188,8 +216,7 @@ async function translateFile() {
   showError("");
   setStatus(`Translating ${file.name}…`);
   try {
-    const response = await fetch("/translate_file", { method: "POST", body: form });
-    const answer = await response.json().catch(() => ({}));
+    const { response, answer } = await postWithin("file", "/translate_file", { body: form });
     if (!response.ok) {
       showError(humanFileError(response.status, file.name), answer.error || "");
       setStatus(`Model ${settings.model}`);
@@ -203,7 +230,7 @@ async function translateFile() {
     const detected = found ? ` from ${languageName(found.language)} (detected)` : "";
     setStatus(`${file.name} translated${detected} · the download is kept for a few minutes`);
   } catch (err) {
-    showError("Could not reach the server. Check the connection and try again.", err.message);
+    unreachable("file", err);
     setStatus("");
   } finally {
     busy.file = false;
