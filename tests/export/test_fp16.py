@@ -203,14 +203,17 @@ def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_a_cpu_fallback_g
 
     gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     cuda_opens = True
+    cuda_sessions_left = 10**6  # graphs that may still open on CUDA (then onnxruntime falls back, e.g. out of memory)
 
     class StandIn(ort.InferenceSession):
         def __init__(self, path: str | bytes, options: ort.SessionOptions, providers: list[str]) -> None:
+            nonlocal cuda_sessions_left
             super().__init__(path, options, providers=["CPUExecutionProvider"])
-            self.asked = providers
+            self.on_cuda = cuda_opens and "CUDAExecutionProvider" in providers and cuda_sessions_left > 0
+            cuda_sessions_left -= self.on_cuda
 
         def get_providers(self) -> list[str]:
-            return gpu if cuda_opens and "CUDAExecutionProvider" in self.asked else super().get_providers()
+            return gpu if self.on_cuda else super().get_providers()
 
     monkeypatch.setattr(session, "choose_providers", lambda device: gpu[1:] if device == "cpu" else gpu)
     monkeypatch.setattr(session.ort, "InferenceSession", StandIn)
@@ -227,7 +230,10 @@ def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_a_cpu_fallback_g
     cuda_opens = False  # offered, but the sessions fall back to the CPU (a GPU image on a host without a GPU)
     fallen = Translator(tiny_model_dir, device="auto", replicas=0)
     assert fallen.runner.sessions.provider == "CPUExecutionProvider" and threads(fallen) == [4, 4]
-    cuda_opens = True
+    cuda_opens, cuda_sessions_left = True, 3  # the first replica's encoder, decoder and cache gather; not the second
+    short = Translator(tiny_model_dir, device="auto", replicas=0)
+    assert [r.sessions.provider for r in short.runners] == ["CUDAExecutionProvider"]  # the second is not kept
+    cuda_sessions_left = 10**6
     quantize_model_dir(tiny_model_dir, tmp_path / "int8")
     assert threads(Translator(tmp_path / "int8", device="auto", replicas=0)) == [4, 4]
     assert threads(Translator(tmp_path / "int8", device="cpu", replicas=1)) == [8]

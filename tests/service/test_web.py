@@ -196,6 +196,14 @@ def test_a_server_that_never_answers_is_given_up_on(browser: Any, web_url: str) 
     assert browser.find_element(By.ID, "error").text.startswith("The server did not answer within 0.5 s.")
     assert browser.find_element(By.ID, "translate").is_enabled() and browser.find_element(By.ID, "swap").is_enabled()
     assert browser.find_element(By.ID, "status").text == ""
+    # no deadline stated (request_timeout_s inf is sent as null), or one past what a timer holds: no timer at all
+    # (a null deadline gave up after the margin alone; 1e9 s overflowed the timer, which then fired at once)
+    assert browser.execute_script(
+        """return [null, 1e9, 30].map((deadline) => {
+          settings.request_timeout_s = deadline;
+          return answerWithin("file");
+        });"""
+    ) == [None, None, 90]
 
 
 def test_translate_a_file_in_the_browser(browser: Any, web_url: str, tmp_path: Path) -> None:

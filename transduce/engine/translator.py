@@ -160,7 +160,18 @@ class Translator:
             first = opened(n, threads, None)
         self.runners: list[DecoderRunner] = [first]
         while len(self.runners) < n:
-            self.runners.append(opened(n, threads, first.sessions.shortlist))
+            runner = opened(n, threads, first.sessions.shortlist)
+            if runner.sessions.provider != first.sessions.provider:  # onnxruntime fell back, e.g. out of GPU memory
+                log.warning(
+                    "engine replica %d of %d opened on %s, not %s like the first: serving with %d replica(s)",
+                    len(self.runners) + 1,
+                    n,
+                    runner.sessions.provider,
+                    first.sessions.provider,
+                    len(self.runners),
+                )
+                break
+            self.runners.append(runner)
         self.runner = self.runners[0]  # the first replica (the provider, and what tests patch)
         self._free: queue.SimpleQueue[DecoderRunner] = queue.SimpleQueue()  # runners no translate call holds
         for runner in self.runners:

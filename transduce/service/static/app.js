@@ -110,12 +110,20 @@ function updateCounter() {
   el.title = n > settings.char_limit ? "Over the server's character limit" : "";
 }
 
+// Seconds the page waits for an answer of ``kind``, or null: the server keeps no deadline it states (none, or one
+// past what a browser timer can hold, about 24 days).
+function answerWithin(kind) {
+  const deadline = settings.request_timeout_s;
+  const seconds = typeof deadline === "number" ? deadline + ANSWER_MARGIN_S[kind] : NaN;
+  return Number.isFinite(seconds) && seconds * 1000 <= 2 ** 31 - 1 ? seconds : null;
+}
+
 // POST and read the JSON answer ({} if it is none), giving up (an AbortError) when the server has not answered
 // within its deadline and the margin for ``kind``.
 async function postWithin(kind, url, options) {
-  const seconds = settings.request_timeout_s + ANSWER_MARGIN_S[kind];
+  const seconds = answerWithin(kind);
   const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), seconds * 1000);
+  const timer = seconds === null ? null : setTimeout(() => controller.abort(), seconds * 1000);
   try {
     const response = await fetch(url, { ...options, method: "POST", signal: controller.signal });
     const answer = await response.json().catch((err) => { if (err.name === "AbortError") throw err; return {}; });
@@ -130,7 +138,7 @@ function unreachable(kind, err) {
     showError("Could not reach the server. Check the connection and try again.", err.message);
     return;
   }
-  const seconds = Math.round((settings.request_timeout_s + ANSWER_MARGIN_S[kind]) * 10) / 10;
+  const seconds = Math.round(answerWithin(kind) * 10) / 10;
   showError(`The server did not answer within ${seconds} s. Try again in a moment.`,
     "no answer: the connection may have dropped");
 }
