@@ -217,6 +217,11 @@ def test_a_long_sentence_full_of_markup_is_put_back_in_linear_time(lost: str) ->
         ),
         # a sentence with brackets of its own: they may be text, kept
         ("<p>See <b>[:1]</b> below.</p>", "Siehe [1] [:1] [2] unten.", "<p>Siehe <b>[:1]</b> unten.</p>"),
+        # a wiki heading's "= =", in a sentence sent without "=" of its own: junk too (the shipped model's answer to
+        # "The [1] quick [2] brown fox ...", 2026-11-27); with "=" of its own, text
+        ("<p>The <b>quick</b> fox.</p>", "[1] Die [2] = = durch den Fuchs.", "<p><b>Die</b> durch den Fuchs.</p>"),
+        ("<p>Hello <b>big</b> world.</p>", "[1] = = = [2] ==.", "<p>Hello <b>big</b> world.</p>"),
+        ("<p>Set <b>x</b> = = y.</p>", "Setze [1] x [2] = = y.", "<p>Setze <b>x</b> = = y.</p>"),
     ],
 )
 def test_a_translation_without_a_word_keeps_the_sentence_untranslated(

@@ -46,6 +46,7 @@ _DOLLAR_RUN = re.compile(r"(?:\$\d*[sd]?)+")  # its "$1$1$s" runs: dropped when 
 # ... or with its "[" turned into "=" ("=1]", "=15]", "=1"), or with a bracket doubled ("[1]]"): read so only in a
 # sentence sent with placeholders and no "=" (no bracket) of its own outside them
 _EQUALS_MARK = re.compile(r"=(\d{1,6})\]?")
+_EQUALS_RUN = re.compile(r"=(?!\d)(?:[ \t]*=(?!\d))+")  # "= =": a wiki heading's marks, learned in training: junk
 _BRACKET = re.compile(r"[\[\]]")
 _BRACKET_JUNK = re.compile(r"\[[^\w\[\]\s]{0,2}\s*\d{1,6}\s*[^\w\[\]\s]{0,2}\]?|\[[A-Z][A-Z_]{1,15}\d{0,3}\]?")
 _HUGGING = set(".,;:!?)]}…")  # punctuation that follows a word without a space
@@ -95,6 +96,7 @@ def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int 
     own = _MARK.sub("", sent)  # the sentence sent without its placeholders
     if own != sent and "=" in translation and "=" not in own:
         found += _outside(found, ((m, int(m.group(1))) for m in _EQUALS_MARK.finditer(translation)))
+        found += _outside(found, ((m, 0) for m in _EQUALS_RUN.finditer(translation)))
     if own != sent and "[" not in own and "]" not in own:  # the sentence sent has no bracket of its own, so
         # placeholders of the kinds the model met in training ("[;0]", "[:15", "[URL]", "[PERSON1") are junk (dropped)
         found += _outside(found, ((m, 0) for m in _BRACKET_JUNK.finditer(translation)))
