@@ -66,6 +66,25 @@ async def test_models_load_on_first_use_and_concurrent_first_requests_share_one_
     assert metric(text, "transduce_model_loads_total", model="fr", outcome="ok") == 1
 
 
+async def test_a_request_waits_for_a_cold_model_no_longer_than_its_deadline(models_dir: Path) -> None:
+    """A request for a model not loaded yet waited for the whole load, past request_timeout_s: it now gets its 504
+    at its deadline, and the load goes on for the requests after it."""
+
+    def slow(path: Path, settings: Settings) -> TranslatorLike:
+        if path.name == "fr":
+            time.sleep(1.5)  # in the loader's thread, as a big model's load
+        return load_model_dir(path, settings)
+
+    async with serve_models(models_dir, loader=slow, request_timeout_s=0.4) as (client, app):
+        began = time.monotonic()
+        late = await client.post("/translate", json=to("fr"))
+        waited = time.monotonic() - began
+        assert late.status_code == 504 and "within 0.4 s" in late.json()["error"]
+        assert waited < 1.2 and states(app)["fr"] == "loading"  # answered while the load goes on
+        await wait_until(lambda: states(app)["fr"] == "ready", 30)
+        assert (await client.post("/translate", json=to("fr"))).status_code == 200
+
+
 async def test_a_single_model_loads_at_start_up(models_dir: Path) -> None:
     async with serve_models(models_dir / "fr") as (client, app):  # a model directory itself: one model
         assert states(app) == {"fr": "ready"}

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from transduce.engine.errors import BatcherClosedError, ModelLoadError
+from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, ModelLoadError
 from transduce.engine.heap import give_memory_back
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
@@ -153,9 +153,12 @@ class ModelPool:
         )
 
     @contextlib.asynccontextmanager
-    async def use(self, names: Sequence[str]) -> AsyncIterator[list[TranslationPipeline]]:
+    async def use(
+        self, names: Sequence[str], *, deadline: float | None = None
+    ) -> AsyncIterator[list[TranslationPipeline]]:
         """The pipelines of ``names``, loaded (waiting for their loads) and held so that none is unloaded until the
-        block ends. ModelUnavailableError when one is gone or fails to load."""
+        block ends. ModelUnavailableError when one is gone or fails to load; DeadlineExceededError when a load is
+        still going at ``deadline`` (monotonic; the load goes on for the requests after it)."""
         held: list[ModelEntry] = []
         try:
             for name in names:
@@ -164,7 +167,7 @@ class ModelPool:
                     raise ModelUnavailableError(name)
                 entry.in_flight += 1
                 held.append(entry)
-                await self._ensure_loaded(entry)
+                await self._ensure_loaded(entry, deadline)
                 if entry.pipeline is None:
                     raise ModelUnavailableError(name)
             yield [e.pipeline for e in held if e.pipeline is not None]
@@ -192,14 +195,19 @@ class ModelPool:
     def _reroute(self) -> None:
         self.routes = RouteTable({n: e.spec.pairs for n, e in self.entries.items() if e.state != "failed"})
 
-    async def _ensure_loaded(self, entry: ModelEntry) -> None:
-        """Load ``entry`` unless it is ready or failed; concurrent callers wait for the same load."""
+    async def _ensure_loaded(self, entry: ModelEntry, deadline: float | None = None) -> None:
+        """Load ``entry`` unless it is ready or failed; concurrent callers wait for the same load, each until its
+        ``deadline`` at most."""
         while entry.state not in ("ready", "failed"):
             if self.closing:
                 raise BatcherClosedError("the server is shutting down")
             if entry.loading is None:
                 entry.loading = asyncio.create_task(self._load(entry), name=f"transduce-load-{entry.spec.name}")
-            await asyncio.shield(entry.loading)
+            left = None if deadline is None else deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(asyncio.shield(entry.loading), left if left is None else max(left, 0.0))
+            except TimeoutError:
+                raise DeadlineExceededError(f"model {entry.spec.name} was still loading at the deadline") from None
 
     async def _load(self, entry: ModelEntry) -> None:
         name, spec = entry.spec.name, entry.spec

@@ -168,7 +168,8 @@ class RoutedPipeline:
             if route is None:
                 break
             try:
-                async with self.pool.use(route.models) as pipelines:
+                deadline = started + self.pool.settings.request_timeout_s  # a cold model's load counts, as queueing
+                async with self.pool.use(route.models, deadline=deadline) as pipelines:
                     if route.pivot is None:
                         return await self._stage(route.models[0], pipelines[0], job, started)
                     return await self._pivot(route, pipelines, job, started)
