@@ -67,11 +67,9 @@ def count_source_tokens(tokenizer: Tokenizer, text: str) -> int:
     return len(tokenizer.encode(text)) + 2
 
 
-CUDA_REPLICAS = 2  # engine replicas on CUDA for replicas=0 (see auto_replicas)
-
-
-def auto_replicas(on_cuda: bool) -> int:
-    """Engine replicas for ``replicas=0``: 2 where 2 or more cores are usable, else 1. On a CPU (the 2-core bench
+def auto_replicas() -> int:
+    """Engine replicas for ``replicas=0``, on a CPU and on CUDA alike: 2 where 2 or more cores are usable, else 1.
+    On a CPU (the 2-core bench
     machine), 2 replicas of 1 thread served 1.17-1.49x the requests/s of 1 of 2 threads at beam 4 from 16 clients
     on and cut the short requests' open-loop p99 to 0.5-0.8x; with 1-4 clients 0.78-1.30x.
 
@@ -79,7 +77,7 @@ def auto_replicas(on_cuda: bool) -> int:
     engine kept an H200 18-19 % busy. Two replicas overlap that work: on an H200 the service served 1.05-1.91x the
     requests/s of one engine of 16 threads from 16 clients on, beam 4 and greedy, static batching
     (bench/results/cuda-replicas-h200/); 4 replicas mostly served less than 2."""
-    return (CUDA_REPLICAS if on_cuda else 2) if usable_cores() >= 2 else 1
+    return 2 if usable_cores() >= 2 else 1
 
 
 def auto_intra_threads(on_cuda: bool, replicas: int) -> int:
@@ -132,11 +130,9 @@ class Translator:
                 f"eos {m.eos_id}): re-export the model"
             )
 
-        def plan(on_cuda: bool) -> tuple[int, int]:  # (replicas, threads each), the auto ones (0) chosen
-            n = replicas or auto_replicas(on_cuda)
-            return n, intra_threads or auto_intra_threads(on_cuda, n)
+        n = replicas or auto_replicas()  # after the model is known to load: a missing model is the first thing said
 
-        def opened(n: int, threads: int, loaded: Shortlist | None) -> DecoderRunner:
+        def opened(threads: int, loaded: Shortlist | None) -> DecoderRunner:
             return open_runner(
                 m,
                 device=device,
@@ -149,18 +145,17 @@ class Translator:
                 shared_pool=shared_pool and n == 1,
             )
 
-        # after the model is known to load (a missing model is the first thing said); planned for where the model is
-        # meant to run, then for where its first replica really runs: CUDA offered but not usable (a GPU image on a
-        # host without a GPU) falls back to the CPU, which gets the CPU's numbers
+        # threads for where the model is meant to run, then for where its first replica really runs: CUDA offered but
+        # not usable (a GPU image on a host without a GPU) falls back to the CPU, which gets the CPU's threads
         on_cuda = CUDA in model_providers(m, device)
-        n, threads = plan(on_cuda)
-        first = opened(n, threads, None)
-        if on_cuda and first.sessions.provider != CUDA and plan(False) != (n, threads):
-            n, threads = plan(False)
-            first = opened(n, threads, None)
+        threads, cpu_threads = (intra_threads or auto_intra_threads(cuda, n) for cuda in (on_cuda, False))
+        first = opened(threads, None)
+        if on_cuda and first.sessions.provider != CUDA and threads != cpu_threads:
+            threads = cpu_threads
+            first = opened(threads, None)
         self.runners: list[DecoderRunner] = [first]
         while len(self.runners) < n:
-            runner = opened(n, threads, first.sessions.shortlist)
+            runner = opened(threads, first.sessions.shortlist)
             if runner.sessions.provider != first.sessions.provider:  # onnxruntime fell back, e.g. out of GPU memory
                 log.warning(
                     "engine replica %d of %d opened on %s, not %s like the first: serving with %d replica(s)",

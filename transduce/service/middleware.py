@@ -23,6 +23,7 @@ INTERNAL_ERROR = json.dumps({"error": "internal error"}).encode()
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 RECORDED_PATHS = ("/translate", "/translate_file")  # the requests counted in /metrics and logged, one line each
 DETECT_PATH = "/detect"  # logged too, and counted apart (transduce_detect_requests): no translation is made
+_LOGGED_PATHS = (*RECORDED_PATHS, DETECT_PATH)
 
 
 class HeadAsGetMiddleware:
@@ -86,7 +87,7 @@ class RequestContextMiddleware:
             await send_with_id({"type": "http.response.start", "status": 500, "headers": error_headers})
             await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
-            if scope.get("path") in RECORDED_PATHS or scope.get("path") == DETECT_PATH:
+            if scope.get("path") in _LOGGED_PATHS:
                 self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
 
     def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:

@@ -203,9 +203,9 @@ class ModelPool:
                 raise BatcherClosedError("the server is shutting down")
             if entry.loading is None:
                 entry.loading = asyncio.create_task(self._load(entry), name=f"transduce-load-{entry.spec.name}")
-            left = None if deadline is None else deadline - time.monotonic()
+            left = None if deadline is None else deadline - time.monotonic()  # at or below 0: only if already done
             try:
-                await asyncio.wait_for(asyncio.shield(entry.loading), left if left is None else max(left, 0.0))
+                await asyncio.wait_for(asyncio.shield(entry.loading), left)
             except TimeoutError:
                 raise DeadlineExceededError(f"model {entry.spec.name} was still loading at the deadline") from None
 

@@ -163,12 +163,12 @@ class RoutedPipeline:
         if source == job.target:  # named or detected as the target language: sent back as it is
             same = [job.passed(i) or "" for i in range(len(job.items))]
             return [ItemTranslation(text, []) for text in same], RequestTiming(0.0, 0.0, 0.0)
+        deadline = started + self.pool.settings.request_timeout_s  # a cold model's load counts, as queueing does
         for _ in range(len(self.pool.entries) + 1):  # a model that fails to load is routed around, if it can be
             route = self.pool.route(source, job.target)
             if route is None:
                 break
             try:
-                deadline = started + self.pool.settings.request_timeout_s  # a cold model's load counts, as queueing
                 async with self.pool.use(route.models, deadline=deadline) as pipelines:
                     if route.pivot is None:
                         return await self._stage(route.models[0], pipelines[0], job, started)
