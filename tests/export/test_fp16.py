@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -192,9 +193,10 @@ def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_a_cpu_fallback_g
 ) -> None:
     """On CUDA (a stand-in: sessions that run on the CPU but report CUDA when asked for it) auto replicas and threads
     make 2 engines of 1 thread: the GPU waits on each engine's host work between steps, and more threads only spin
-    (bench/results/cuda-replicas-h200/). One replica keeps every core (its pool may be shared). Where CUDA is
-    offered but the sessions fall back to the CPU, and for an int8 export (served on the CPU), the CPU's numbers:
-    the cores shared out between 2 replicas. Numbers set are kept."""
+    (bench/results/cuda-replicas-h200/). One replica has 1 thread too, and makes no shared pool (a later CPU model
+    would run on it). Where CUDA is offered but the sessions fall back to the CPU, and for an int8 export (served on
+    the CPU), the CPU's numbers: the cores shared out between 2 replicas, or one replica of every core on the shared
+    pool. Numbers set are kept."""
     import onnxruntime as ort
 
     from transduce.engine import session, translator
@@ -223,13 +225,29 @@ def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_a_cpu_fallback_g
     def threads(engine: Translator) -> list[int]:
         return [r.sessions.options.intra_op_num_threads for r in engine.runners]
 
+    pooled: list[bool] = []  # open_runner's shared_pool per opening (the suite's pool is never made: see conftest)
+    real_open = translator.open_runner
+
+    def recording_open(*args: Any, **kwargs: Any) -> Any:
+        pooled.append(kwargs["shared_pool"])
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(translator, "open_runner", recording_open)
     on_gpu = Translator(tiny_model_dir, device="auto", replicas=0)
     assert on_gpu.runner.sessions.provider == "CUDAExecutionProvider" and threads(on_gpu) == [1, 1]
-    assert threads(Translator(tiny_model_dir, device="auto", replicas=1)) == [8]
+    one = Translator(tiny_model_dir, device="auto", replicas=1, shared_pool=True)
+    assert one.runner.sessions.provider == "CUDAExecutionProvider" and threads(one) == [1]
+    assert pooled[-1] is False  # the service and the command line ask for the pool: not made on CUDA
+    assert threads(Translator(tiny_model_dir, device="cuda", replicas=1, intra_threads=4, shared_pool=True)) == [4]
+    assert pooled[-1] is False
     assert threads(Translator(tiny_model_dir, device="auto", replicas=3, intra_threads=2)) == [2, 2, 2]
     cuda_opens = False  # offered, but the sessions fall back to the CPU (a GPU image on a host without a GPU)
     fallen = Translator(tiny_model_dir, device="auto", replicas=0)
     assert fallen.runner.sessions.provider == "CPUExecutionProvider" and threads(fallen) == [4, 4]
+    pooled.clear()
+    alone = Translator(tiny_model_dir, device="auto", replicas=1, shared_pool=True)
+    assert alone.runner.sessions.provider == "CPUExecutionProvider" and threads(alone) == [8]
+    assert pooled == [False, True]  # reopened with the CPU's plan: every core, on the shared pool
     cuda_opens, cuda_sessions_left = True, 3  # the first replica's encoder, decoder and cache gather; not the second
     short = Translator(tiny_model_dir, device="auto", replicas=0)
     assert [r.sessions.provider for r in short.runners] == ["CUDAExecutionProvider"]  # the second is not kept

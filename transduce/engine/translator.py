@@ -81,13 +81,13 @@ def auto_replicas() -> int:
 
 
 def auto_intra_threads(on_cuda: bool, replicas: int) -> int:
-    """Threads per replica for ``intra_threads=0``: one replica, every core (0; its pool may be the process's,
-    which other models and a CPU fallback share); several, the cores shared out between them on a CPU, and 1 on
-    CUDA (the graph runs on the GPU, and a wider pool only spins on the host: on an H200 one engine of 16 threads
-    served what one of 1 did, for 132 against 9 ms of CPU per beam-4 request)."""
-    if replicas <= 1:
-        return 0
-    return 1 if on_cuda else max(1, usable_cores() // replicas)
+    """Threads per replica for ``intra_threads=0``. On CUDA, 1 for any number of replicas: the graph runs on the
+    GPU, and a wider pool only spins on the host (on an H200 one engine of 16 threads served what one of 1 did, 0.96-
+    1.11x, for 132 against 9 ms of CPU per beam-4 request). On a CPU, one replica gets every core (0; its pool may be
+    the process's, which other models share), several the cores shared out between them."""
+    if on_cuda:
+        return 1
+    return 0 if replicas <= 1 else max(1, usable_cores() // replicas)
 
 
 class Translator:
@@ -108,13 +108,15 @@ class Translator:
     ) -> None:
         """``replicas``: sessions opened side by side; that many ``translate`` calls from different threads decode
         at once (CTranslate2's inter_threads; the service's ``engine_replicas``). Each has ``intra_threads`` threads,
-        or (0) the cores shared out between them, e.g. two of one thread each on two cores (on CUDA, one each).
-        ``replicas=0`` picks (``auto_replicas``): 2 where 2 or more cores are usable, else 1.
+        or (0) the cores shared out between them, e.g. two of one thread each on two cores (on CUDA, 1 each, one
+        replica included: ``auto_intra_threads``). ``replicas=0`` picks (``auto_replicas``): 2 where 2 or more cores
+        are usable, else 1.
 
-        ``shared_pool``: with one replica, run on the process's one onnxruntime thread pool, made of this engine's
-        thread count unless an engine made it before (``transduce.engine.session.SharedPool``: 1.04-1.10x on 2
-        threads). Replicas decode at the same time, each on threads of its own, so an engine of several makes no
-        pool. Once the pool is made, every engine of the process runs on it, whatever it asks for."""
+        ``shared_pool``: with one replica on the CPU, run on the process's one onnxruntime thread pool, made of this
+        engine's thread count unless an engine made it before (``transduce.engine.session.SharedPool``: 1.04-1.10x
+        on 2 threads). Replicas decode at the same time, each on threads of its own, so an engine of several makes
+        no pool, and neither does an engine on CUDA. Once the pool is made, every engine of the process runs on it,
+        whatever it asks for."""
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ValueError(f"replicas must be a positive integer or 0 (auto), got {replicas!r}")
         self.manifest = load_manifest(model_dir)
@@ -132,7 +134,14 @@ class Translator:
 
         n = replicas or auto_replicas()  # after the model is known to load: a missing model is the first thing said
 
-        def opened(threads: int, loaded: Shortlist | None) -> DecoderRunner:
+        def planned(cuda: bool) -> tuple[int, bool]:
+            """Threads per replica, and whether the engine makes the process's shared pool: a CPU engine of one
+            replica only (a GPU engine's host threads mostly wait; a pool it made of 1 thread would then be every
+            later CPU model's, and one of every core spins for nothing)."""
+            return intra_threads or auto_intra_threads(cuda, n), shared_pool and n == 1 and not cuda
+
+        def opened(plan: tuple[int, bool], loaded: Shortlist | None) -> DecoderRunner:
+            threads, pooled = plan
             return open_runner(
                 m,
                 device=device,
@@ -142,20 +151,20 @@ class Translator:
                 shortlist=shortlist,
                 shortlist_config=shortlist_config,
                 loaded_shortlist=loaded,
-                shared_pool=shared_pool and n == 1,
+                shared_pool=pooled,
             )
 
-        # threads for where the model is meant to run, then for where its first replica really runs: CUDA offered but
-        # not usable (a GPU image on a host without a GPU) falls back to the CPU, which gets the CPU's threads
+        # the plan for where the model is meant to run, then for where its first replica really runs: CUDA offered
+        # but not usable (a GPU image on a host without a GPU) falls back to the CPU, which gets the CPU's plan
         on_cuda = CUDA in model_providers(m, device)
-        threads, cpu_threads = (intra_threads or auto_intra_threads(cuda, n) for cuda in (on_cuda, False))
-        first = opened(threads, None)
-        if on_cuda and first.sessions.provider != CUDA and threads != cpu_threads:
-            threads = cpu_threads
-            first = opened(threads, None)
+        plan, cpu_plan = planned(on_cuda), planned(False)
+        first = opened(plan, None)
+        if on_cuda and first.sessions.provider != CUDA and plan != cpu_plan:
+            plan = cpu_plan
+            first = opened(plan, None)
         self.runners: list[DecoderRunner] = [first]
         while len(self.runners) < n:
-            runner = opened(threads, first.sessions.shortlist)
+            runner = opened(plan, first.sessions.shortlist)
             if runner.sessions.provider != first.sessions.provider:  # onnxruntime fell back, e.g. out of GPU memory
                 log.warning(
                     "engine replica %d of %d opened on %s, not %s like the first: serving with %d replica(s)",

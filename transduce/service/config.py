@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     intra_threads: int = Field(
         0,
         description="onnxruntime threads per operator and engine replica (0 = the cores divided by the replicas; "
-        "1 each on CUDA with several replicas: the graph runs on the GPU)",
+        "1 per replica on CUDA: the graph runs on the GPU)",
     )
     shortlist: bool = Field(
         True,
