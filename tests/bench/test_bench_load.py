@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,31 @@ def test_an_unknown_mode_is_refused_before_anything_runs(tmp_path: Path) -> None
     """A mistyped mode ran as static batching under its own name."""
     with pytest.raises(ValueError, match=r"unknown mode 'replica': choose from step, .*, auto"):
         run(str(tmp_path / "missing"), modes=("static", "replica"), work=tmp_path, out_dir=tmp_path / "out")
+
+
+def test_the_servers_take_no_dotenv_and_no_models_from_where_the_bench_runs(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``.env`` file where the bench was started set its servers' settings without a word (``auto``'s three
+    included), and ``TRANSDUCE_MODELS`` made them serve other models than the one measured. The settings of the
+    bench's own environment still reach them, and are reported with the results."""
+    import httpx
+
+    from transduce.bench.load import inherited_settings, serve
+
+    for name in [k for k in os.environ if k.upper().startswith("TRANSDUCE_")]:
+        monkeypatch.delenv(name)
+    (tmp_path / ".env").write_text("TRANSDUCE_API_KEYS=secret\nTRANSDUCE_MAX_CHARS=3\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRANSDUCE_MODELS", str(tmp_path / "other-models"))
+    monkeypatch.setenv("TRANSDUCE_MAX_BATCH_TOKENS", "2048")
+    monkeypatch.setenv("TRANSDUCE_SCHEDULER", "step")  # set by every mode, or left to the service (auto)
+    monkeypatch.setenv("TRANSDUCE_SHARED_DATA", "/data")  # not a service setting
+    assert inherited_settings() == {"TRANSDUCE_MAX_BATCH_TOKENS": "2048"}
+    proc, url = serve(os.path.relpath(tiny_model_dir), "auto", 1)  # relative to where the bench runs
+    try:
+        body = {"q": "Hello world.", "source": "en", "target": "de"}
+        assert httpx.post(url + "/translate", json=body, timeout=60).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(60)

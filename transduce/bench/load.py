@@ -200,13 +200,14 @@ def _summary(load: list[Request], latencies: list[tuple[bool, float]], errors: i
     }
 
 
-def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, str]:
-    """The environment `transduce serve` runs in for ``mode`` (``CHOICES``): this process's, with the bench's limits
-    (no cache, no queue limit, 600 s timeouts) and the mode's scheduler, replicas and threads; under ``auto``, none
-    of those three, even if this process's environment sets them."""
-    env = {k: v for k, v in os.environ.items() if mode != "auto" or k not in SET_BY_MODE}
-    env |= {
-        "TRANSDUCE_MODEL_DIR": model_dir,
+NOT_INHERITED = ("TRANSDUCE_MODELS",)  # would serve the models it names instead of the one measured
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds transduce/
+
+
+def _bench_settings(model_dir: str, mode: str, threads: int, port: int) -> dict[str, str]:
+    """The settings the bench gives its server in ``mode``."""
+    settings = {
+        "TRANSDUCE_MODEL_DIR": str(Path(model_dir).resolve()) if model_dir else "",
         "TRANSDUCE_PORT": str(port),
         "TRANSDUCE_HOST": "127.0.0.1",
         "TRANSDUCE_MAX_BATCH_SIZE": "1" if mode == "off" else "32",
@@ -217,23 +218,56 @@ def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, 
         "TRANSDUCE_CACHE_SIZE": "0",  # the workload repeats its sentences: measure decoding, not cache hits
     }
     if mode != "auto":
-        env |= {
+        settings |= {
             "TRANSDUCE_SCHEDULER": "step" if mode.startswith("step") else "static",
             "TRANSDUCE_INTRA_THREADS": "1" if mode in REPLICATED else str(threads),
             "TRANSDUCE_ENGINE_REPLICAS": str(threads) if mode in REPLICATED else "1",
         }
-    return env
+    return settings
+
+
+def inherited_settings() -> dict[str, str]:
+    """The service settings (``TRANSDUCE_*``) the bench's servers take from this process's environment in every mode,
+    e.g. ``TRANSDUCE_DEVICE=cuda``; reported with the results, since they change what is measured."""
+    from transduce.service.config import Settings
+
+    fields = {f"TRANSDUCE_{name}".upper() for name in Settings.model_fields}
+    own = set(_bench_settings("", "static", 1, 0)) | set(SET_BY_MODE) | set(NOT_INHERITED)
+    return {k: v for k, v in sorted(os.environ.items()) if k.upper() in fields - own and k not in own}
+
+
+def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, str]:
+    """The environment `transduce serve` runs in for ``mode`` (``CHOICES``): this process's, with the bench's limits
+    (no cache, no queue limit, 600 s timeouts) and the mode's scheduler, replicas and threads; under ``auto``, none
+    of those three, even if this process's environment sets them. ``TRANSDUCE_MODELS`` is not passed on, and the
+    package stays importable from the server's own working directory (``serve``: one without a ``.env``)."""
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED and (mode != "auto" or k not in SET_BY_MODE)}
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env | _bench_settings(model_dir, mode, threads, port)
+
+
+_workdir: tempfile.TemporaryDirectory[str] | None = None
+
+
+def _server_workdir() -> str:
+    """An empty directory the bench's servers run in (removed when this process exits): a ``.env`` file where the
+    bench was started would otherwise set the service's settings without a word, ``auto``'s three included."""
+    global _workdir
+    if _workdir is None:
+        _workdir = tempfile.TemporaryDirectory(prefix="transduce-bench-")
+    return _workdir.name
 
 
 def serve(model_dir: str, mode: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
     """`transduce serve` as a subprocess on loopback in ``mode`` (step, step-replicas: step with ``threads`` engine
     replicas of one thread each, static, replicas: static with ``threads`` engine replicas of one thread each, off:
-    static with batches of 1, or auto: the service's own choices; ``server_env``)."""
+    static with batches of 1, or auto: the service's own choices; ``server_env``), in an empty working directory."""
     port = _free_port()
     env = server_env(model_dir, mode, threads, port)
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:  # the service's log: its last line says why it stopped before it was ready
-        proc = subprocess.Popen([sys.executable, "-m", "transduce", "serve"], env=env, stdout=log, stderr=log)
+        command = [sys.executable, "-m", "transduce", "serve"]
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=log, cwd=_server_workdir())
         for _ in range(600):
             if proc.poll() is not None:
                 break
@@ -345,6 +379,7 @@ def run(
         "machine": machine(),
         "beam": beam,
         "threads": threads,
+        "settings_from_environment": inherited_settings(),
         "requests_per_level": requests,
         "offline_sentences_per_s": round(offline, 2),
         "rows": rows,
@@ -375,14 +410,19 @@ def _compare(rows: list[dict[str, Any]], offline: float) -> None:
 
 def table(result: dict[str, Any]) -> str:
     """The markdown table of load.md: grouped by workload and level, the modes side by side."""
+    inherited = result.get("settings_from_environment") or {}
+    settings = ", ".join(f"`{k}={v}`" for k, v in inherited.items()) or "none"
+    modes_run = {r["mode"] for r in result["rows"]}
+    auto = " (auto: the service's own scheduler, replicas and threads)" if "auto" in modes_run else ""
     lines = [
         f"Service load on {result['machine']}, beam {result['beam']} (mixed: 80 % one-sentence requests at beam 1 or "
         f"{result['beam']}, 20 % five-sentence requests; mixed-open: the same arriving at a fixed mean rate; heavy: "
         f"{HEAVY} requests of the longest sentences (up to {HEAVY_CHARS} characters each, beam "
         f"{heavy_beam(result['beam'])}) at once, then {SHORTS} requests of one of the shortest quarter of the "
         "sentences every 80 ms from 0.5 s), "
-        f"{result['threads']} threads, {result['requests_per_level']} requests per level, {result['date']}; engine "
-        f"alone: {result['offline_sentences_per_s']} sentences/s.",
+        f"{result['threads']} threads{auto}, {result['requests_per_level']} requests per level, {result['date']}; "
+        f"engine alone ({result['threads']} threads): {result['offline_sentences_per_s']} sentences/s. Service "
+        f"settings from the environment: {settings}.",
         "",
         "| workload | load | mode | req/s | target tok/s | p50 ms | p99 ms | short p50 ms | short p99 ms | "
         "mean batch | errors | vs. off | short p99: static / step | vs. engine alone | CPU ms/request: client, "
