@@ -138,7 +138,13 @@ def test_the_servers_take_no_dotenv_and_no_models_from_where_the_bench_runs(
     monkeypatch.setenv("TRANSDUCE_MAX_BATCH_TOKENS", "2048")
     monkeypatch.setenv("TRANSDUCE_SCHEDULER", "step")  # set by every mode, or left to the service (auto)
     monkeypatch.setenv("TRANSDUCE_SHARED_DATA", "/data")  # not a service setting
-    assert inherited_settings() == {"TRANSDUCE_MAX_BATCH_TOKENS": "2048"}
+    monkeypatch.setenv("transduce_engine_replicas", "3")  # the service reads names in any case
+    monkeypatch.setenv("TRANSDUCE_FILES_DIR", "files")  # relative: to where the bench runs
+    monkeypatch.setenv("PYTHONPATH", "lib")
+    assert inherited_settings() == {"TRANSDUCE_FILES_DIR": "files", "TRANSDUCE_MAX_BATCH_TOKENS": "2048"}
+    env = server_env("model", "auto", 1, 5000)
+    assert "transduce_engine_replicas" not in env and env["TRANSDUCE_FILES_DIR"] == str(tmp_path / "files")
+    assert str(tmp_path / "lib") in env["PYTHONPATH"].split(os.pathsep)
     proc, url = serve(os.path.relpath(tiny_model_dir), "auto", 1)  # relative to where the bench runs
     try:
         body = {"q": "Hello world.", "source": "en", "target": "de"}

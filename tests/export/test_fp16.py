@@ -255,3 +255,5 @@ def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_a_cpu_fallback_g
     quantize_model_dir(tiny_model_dir, tmp_path / "int8")
     assert threads(Translator(tmp_path / "int8", device="auto", replicas=0)) == [4, 4]
     assert threads(Translator(tmp_path / "int8", device="cpu", replicas=1)) == [8]
+    on_cuda_int8 = Translator(tmp_path / "int8", device="cuda", replicas=1)  # its int8 MatMuls run on the CPU
+    assert on_cuda_int8.runner.sessions.provider == "CUDAExecutionProvider" and threads(on_cuda_int8) == [8]

@@ -201,6 +201,7 @@ def _summary(load: list[Request], latencies: list[tuple[bool, float]], errors: i
 
 
 NOT_INHERITED = ("TRANSDUCE_MODELS",)  # would serve the models it names instead of the one measured
+PATH_SETTINGS = ("TRANSDUCE_GLOSSARY_FILE", "TRANSDUCE_FILES_DIR")  # relative to where the bench runs, not its servers
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds transduce/
 
 
@@ -233,7 +234,7 @@ def inherited_settings() -> dict[str, str]:
 
     fields = {f"TRANSDUCE_{name}".upper() for name in Settings.model_fields}
     own = set(_bench_settings("", "static", 1, 0)) | set(SET_BY_MODE) | set(NOT_INHERITED)
-    return {k: v for k, v in sorted(os.environ.items()) if k.upper() in fields - own and k not in own}
+    return {k: v for k, v in sorted(os.environ.items()) if k.upper() in fields - own}
 
 
 def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, str]:
@@ -241,9 +242,19 @@ def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, 
     (no cache, no queue limit, 600 s timeouts) and the mode's scheduler, replicas and threads; under ``auto``, none
     of those three, even if this process's environment sets them. ``TRANSDUCE_MODELS`` is not passed on, and the
     package stays importable from the server's own working directory (``serve``: one without a ``.env``)."""
-    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED and (mode != "auto" or k not in SET_BY_MODE)}
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return env | _bench_settings(model_dir, mode, threads, port)
+    settings = _bench_settings(model_dir, mode, threads, port)
+    dropped = set(NOT_INHERITED) | set(settings) | (set(SET_BY_MODE) if mode == "auto" else set())
+    env = {  # names as the service reads them, in any case; relative paths as meant where the bench runs
+        k: os.path.abspath(v) if k.upper() in PATH_SETTINGS and v else v
+        for k, v in os.environ.items()
+        if k.upper() not in dropped
+    }
+    paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if (PACKAGE_ROOT / "pyproject.toml").is_file():  # a source checkout, not an installed package
+        paths.insert(0, str(PACKAGE_ROOT))
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env | settings
 
 
 _workdir: tempfile.TemporaryDirectory[str] | None = None

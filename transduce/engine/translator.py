@@ -12,6 +12,7 @@ from typing import cast
 
 import numpy as np
 
+from transduce.engine import session as sessions
 from transduce.engine.cache import unless_identity
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
@@ -155,11 +156,19 @@ class Translator:
             )
 
         # the plan for where the model is meant to run, then for where its first replica really runs: CUDA offered
-        # but not usable (a GPU image on a host without a GPU) falls back to the CPU, which gets the CPU's plan
-        on_cuda = CUDA in model_providers(m, device)
+        # but not usable (a GPU image on a host without a GPU) falls back to the CPU, which gets the CPU's plan. An
+        # int8 export's MatMuls run on the CPU even in a CUDA session: it gets the CPU's plan from the start.
+        on_cuda = CUDA in model_providers(m, device) and m.dtype != "int8-dynamic"
         plan, cpu_plan = planned(on_cuda), planned(False)
+        pool_made = sessions.PROCESS_POOL.size is not None  # then every session runs on it, whatever its plan
+        if on_cuda and pool_made:
+            log.warning(
+                "%s runs on CUDA on the process's shared thread pool, which a CPU engine made first: its host threads "
+                "spin while the GPU works (a CUDA engine alone gets 1 thread)",
+                m.model_name,
+            )
         first = opened(plan, None)
-        if on_cuda and first.sessions.provider != CUDA and plan != cpu_plan:
+        if on_cuda and first.sessions.provider != CUDA and plan != cpu_plan and not pool_made:
             plan = cpu_plan
             first = opened(plan, None)
         self.runners: list[DecoderRunner] = [first]
