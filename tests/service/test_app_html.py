@@ -14,6 +14,7 @@ import pytest
 from selectolax.lexbor import LexborHTMLParser
 
 from tests.service.harness import EN_DE, FakeTranslator, serve
+from transduce.service.htmlkept import fragment_context
 
 pytestmark = pytest.mark.anyio
 HTML = {**EN_DE, "format": "html"}
@@ -50,8 +51,8 @@ TABLE = """<table>
 
 
 def normal_form(html: str) -> str:
-    """``html`` as the HTML parser reads and writes it back."""
-    return LexborHTMLParser(html, is_fragment=True).html or ""
+    """``html`` as the HTML parser reads and writes it back (in the context the service parses it in)."""
+    return LexborHTMLParser(html, is_fragment=True, fragment_tag=fragment_context(html)).html or ""
 
 
 def elements(html: str) -> Counter[str]:
@@ -146,6 +147,23 @@ async def test_a_table_translates_cell_by_cell() -> None:
   </tbody>
 </table>"""
     )
+
+
+async def test_table_parts_sent_alone_keep_their_tags() -> None:
+    """A fragment that starts with a cell, a row or a caption (a CMS translating a table piece by piece) is parsed as
+    a browser parses a table's innerHTML: in a <div>'s, the parser dropped the tags and ran the cells together."""
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        cells = await translate(client, "<td>Hello world</td><td>Good night</td>")
+        row = await translate(client, ' <!-- one row --><tr><th scope="row">Name</th><td>A <b>big</b> house</td></tr>')
+        caption = await translate(client, "<caption>Settings</caption><colgroup><col span=2></colgroup>")
+        kept = await translate(client, '<td translate="no"><style>a<b</style></td><td>Hello</td>')
+    assert cells == "<td>WORLD HELLO</td><td>NIGHT GOOD</td>"
+    assert row.startswith(' <!-- one row --><tr><th scope="row">NAME</th><td>') and row.endswith("</td></tr>")
+    assert row.count("<b>") == 1 and row.count("</b>") == 1
+    assert caption == '<caption>SETTINGS</caption><colgroup><col span="2"></colgroup>'
+    assert kept == '<td translate="no"><style>a<b</style></td><td>HELLO</td>'
+    assert "Hello world" in fake.translated and "Good night" in fake.translated
 
 
 # --- what is translated and what is not ----------------------------------------------------------------------------

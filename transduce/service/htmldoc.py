@@ -4,8 +4,9 @@ translations, with its tags, attributes, entities and whitespace between blocks 
 The parser is selectolax's Lexbor backend: the HTML Standard's own parsing algorithm (as browsers run it), so
 malformed input is repaired as a browser would repair it (unclosed tags closed, stray end tags dropped, misnested
 formatting re-nested, CDATA read as a comment), in C, without recursion. A fragment is parsed as a ``<div>``'s
-content (as ``innerHTML``); input that starts with ``<!DOCTYPE`` or ``<html>`` is parsed as a document and comes back
-as one.
+content (as ``innerHTML``), or one that starts with a table part (``<td>``, ``<tr>``, ``<caption>``, ...) as the
+content of the element that holds it (``htmlkept.CONTEXT``); input that starts with ``<!DOCTYPE`` or ``<html>`` is
+parsed as a document and comes back as one.
 
 - Block elements (anything that is not inline: ``p``, ``li``, ``td``, ``h1``, ``div``, ``title``, ``button``, ...)
   are units of their own: their inline content is translated sentence by sentence (``htmlunits.Unit``).
@@ -30,7 +31,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
-from transduce.service.htmlkept import children, comment_html, fragment_nodes, kept_html
+from transduce.service.htmlkept import children, comment_html, fragment_context, fragment_nodes, kept_html
 from transduce.service.htmlnodes import Atom, AttrSlot, Inline, Node, Tag, Term
 from transduce.service.htmlunits import Unit
 
@@ -302,7 +303,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
             else:
                 builder.parts.append(outer_html(node))
         return builder.item()
-    parser = LexborHTMLParser(text, is_fragment=True, scripting=True)
+    parser = LexborHTMLParser(text, is_fragment=True, fragment_tag=fragment_context(text), scripting=True)
     if utf8:
         _declare_utf8(parser)
     for node in fragment_nodes(parser):

@@ -27,6 +27,23 @@ RAW_TEXT = frozenset(("style", "script", "xmp", "iframe", "noembed", "noframes",
 _CHECKED = RAW_TEXT | {"template", "mglyph", "malignmark"}
 _CHECKED_SELECTOR = ", ".join(sorted(_CHECKED))
 _END_TAGS = re.compile(r"(?:</[A-Za-z][^>]*>)+")
+# the element a fragment that starts with a table part is parsed inside, as a browser parses a table's innerHTML: in
+# a <div> the parser drops table parts, so "<td>Hello</td><td>World</td>" lost its tags and ran its cells together
+CONTEXT = {
+    "td": "tr",
+    "th": "tr",
+    "tr": "tbody",
+    **dict.fromkeys(("tbody", "thead", "tfoot", "caption", "colgroup"), "table"),
+    "col": "colgroup",
+}
+_FIRST_TAG = re.compile(r"(?:\s|<!--.*?-->)*<([A-Za-z][A-Za-z0-9]*)", re.S)
+
+
+def fragment_context(html: str) -> str:
+    """The element to parse the fragment ``html`` inside: where it starts (after blanks and comments) with a table
+    part, the element that holds that part (``CONTEXT``), else a ``<div>``."""
+    first = _FIRST_TAG.match(html)
+    return CONTEXT.get(first.group(1).lower(), "div") if first is not None else "div"
 
 
 def children(node: LexborNode) -> list[LexborNode]:
@@ -66,7 +83,8 @@ def kept_html(node: LexborNode, serialised: str, void: frozenset[str]) -> str:
 
 def _parses_back(node: LexborNode, html: str) -> bool:
     """Whether ``html``, parsed as a fragment (as browsers that run scripts parse), is ``node``'s tree."""
-    again = fragment_nodes(LexborHTMLParser(html, is_fragment=True, scripting=True))
+    context = CONTEXT.get(node.tag or "", "div")  # a table part parses back only inside its table
+    again = fragment_nodes(LexborHTMLParser(html, is_fragment=True, fragment_tag=context, scripting=True))
     return len(again) == 1 and _same_tree(node, again[0])
 
 
