@@ -39,6 +39,14 @@ async def test_form_encoded_and_multipart() -> None:
             headers={"content-type": "application/x-www-form-urlencoded"},
         )
         assert r.json() == {"translatedText": ["B A", "C"]}  # a repeated q is a list
+        r = await client.post(  # any other field sent twice: its first value, as LibreTranslate reads a form
+            "/translate",
+            content=b"q=a+b&source=en&target=de&target=en",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+        assert r.json() == {"translatedText": "B A"}
+        r = await client.post("/translate?q=a+b&source=en&source=de&target=de")  # the query string's, alike
+        assert r.json() == {"translatedText": "B A"}
         r = await client.post("/translate", data={"q": "x y", **EN_DE}, files={"unused": ("f.txt", b"data")})
         assert r.status_code == 200 and r.json() == {"translatedText": "Y X"}
 

@@ -129,9 +129,10 @@ def _query_fields(request: Request) -> dict[str, Any]:
 
 
 def _form_fields(form: FormData) -> dict[str, Any]:
-    """A form's (or a query string's) fields as the JSON body would hold them: q one text or a list, the glossary
-    parsed from its JSON text, numbers from their digits."""
-    data: dict[str, Any] = {k: form.get(k) for k in form if k != "q"}
+    """A form's (or a query string's) fields as the JSON body would hold them: q one text or a list (q sent several
+    times), any other field sent several times its first value (as LibreTranslate reads a form), the glossary parsed
+    from its JSON text, numbers from their digits."""
+    data: dict[str, Any] = {k: form.getlist(k)[0] for k in form if k != "q"}
     qs = [v for v in form.getlist("q") if isinstance(v, str)]
     if qs:
         data["q"] = qs[0] if len(qs) == 1 else qs
