@@ -7,6 +7,7 @@ each piece of text went; the real tiny model (random weights) checks the engine 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -64,10 +65,20 @@ def elements(html: str) -> Counter[str]:
     return found
 
 
+def without_implied(html: str, source: str) -> str:
+    """``html`` without the tags of the elements the parser adds where ``source`` leaves them out (a document's html,
+    head and body, a table's tbody), which the service leaves out too."""
+    for name in ("html", "head", "body", "tbody"):
+        if re.search(rf"<{name}[\s/>]", source, re.I) is None:
+            html = html.replace(f"<{name}>", "").replace(f"</{name}>", "")
+    return html
+
+
 def assert_same_markup(source: str, out: str) -> None:
-    """``out`` is well-formed (the parser would write it back unchanged) and holds every element of ``source``
-    (after the parser's own repairs), each exactly once, with its attributes."""
-    assert normal_form(out) == out, out
+    """``out`` is well-formed (the parser would write it back unchanged, but for the tags it adds where ``source``
+    left them out) and holds every element of ``source`` (after the parser's own repairs), each exactly once, with
+    its attributes."""
+    assert without_implied(normal_form(out), source) == out, out
     assert elements(out) == elements(normal_form(source)), (source, out)
 
 
@@ -164,6 +175,21 @@ async def test_table_parts_sent_alone_keep_their_tags() -> None:
     assert caption == '<caption>SETTINGS</caption><colgroup><col span="2"></colgroup>'
     assert kept == '<td translate="no"><style>a<b</style></td><td>HELLO</td>'
     assert "Hello world" in fake.translated and "Good night" in fake.translated
+
+
+async def test_elements_the_parser_adds_come_back_only_where_they_were_sent() -> None:
+    """The parser puts in a document's html, head and body and a table's tbody where the HTML leaves them out; they
+    came back as though sent (``<head></head>`` in a page that had none)."""
+    async with serve(FakeTranslator()) as (client, _):
+        page = await translate(client, "<html><body><p>Hello world.</p></body></html>")
+        table = await translate(client, "<table><tr><td>Good night</td></tr></table>")
+        bare = await translate(client, "<!DOCTYPE html><title>Hello</title><p>Good night</p>")
+        full = "<!DOCTYPE html><html><head><title>Hi</title></head><body><table><tbody><tr><td>A</td></tr></tbody>"
+        written = await translate(client, full + "</table></body></html>")
+    assert page == "<html><body><p>WORLD. HELLO</p></body></html>"
+    assert table == "<table><tr><td>NIGHT GOOD</td></tr></table>"
+    assert bare == "<!DOCTYPE html><title>HELLO</title><p>NIGHT GOOD</p>"
+    assert written == full.replace("Hi<", "HI<") + "</table></body></html>"  # every tag as sent
 
 
 # --- what is translated and what is not ----------------------------------------------------------------------------

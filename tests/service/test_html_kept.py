@@ -85,7 +85,7 @@ def test_a_doctype_comes_back_as_written() -> None:
     assert "<!doctype html>" in kept(commented)
     # a comment ends where the tokenizer ends it ("--!>"): not the later doctype, which is text of the body
     tricky = '<!--a--!><!doctype html><p>Hi.</p><!-- --><!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.01//EN">'
-    assert "<!doctype html><html>" in kept(tricky) and "4.01" not in kept(tricky)
+    assert kept(tricky).startswith("<!--a--><!doctype html><p>") and "4.01" not in kept(tricky)
 
 
 @pytest.mark.anyio

@@ -171,7 +171,8 @@ def _with_terms(nodes: Sequence[Node], split: Callable[[str], list[str | Term]])
 class _Builder:
     """Walks the parsed tree once, turning it into literal HTML, start tags and units (``HtmlItem``'s parts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, implied: frozenset[str] = frozenset()) -> None:
+        self.implied = implied  # elements the parser adds that were not written (``_implied``): their content only
         self.parts: list[str | Tag | Unit] = []
         self.slots: list[Unit | _AttrText] = []
         self.run: list[Node] = []  # the inline content since the last block boundary
@@ -217,6 +218,10 @@ class _Builder:
     def block(self, node: LexborNode, depth: int) -> None:
         if node.tag in KEPT_BLOCK or _translate_no(node):
             self.parts.append(outer_html(node))
+            return
+        if node.tag in self.implied and not node.attributes:
+            self.children(node, depth)
+            self.flush()
             return
         tag = self.tag(node)
         self.parts.append(tag)
@@ -273,6 +278,16 @@ def outer_html(node: LexborNode) -> str:
     return _NEWLINE_DROPPED.sub(r"\1\n", kept_html(node, node.html or "", VOID), count=1)
 
 
+# elements the parser puts in where the HTML leaves them out (a document's html, head and body, a table's tbody)
+_OPTIONAL = {name: re.compile(rf"<{name}[\s/>]", re.I) for name in ("html", "head", "body", "tbody")}
+
+
+def _implied(text: str) -> frozenset[str]:
+    """The ``_OPTIONAL`` elements ``text`` never writes a start tag of: the parser adds them, and they come back
+    without their tags (as sent; the parser adds them again)."""
+    return frozenset(name for name, written in _OPTIONAL.items() if written.search(text) is None)
+
+
 def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
     """Parse ``text`` (a fragment, or a document when it starts with a doctype or ``<html>``) into an ``HtmlItem``;
     ApiError 400 when it nests deeper than ``MAX_DEPTH``. ``utf8``: the result is a file written as UTF-8, so its
@@ -282,7 +297,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
         # before it, unescaped: "--&gt;&lt;img onerror=...&gt;<!" would come back as live markup. "<!-->" is the
         # same empty comment, read correctly.
         text += "-->"
-    builder = _Builder()
+    builder = _Builder(_implied(text))
     prolog = _XML_PROLOG.match(text)
     if prolog is not None and _DOCUMENT.match(text, prolog.end()):
         kept = _ENCODING.sub(_utf8_named, prolog.group()) if utf8 else prolog.group()
