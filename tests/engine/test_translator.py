@@ -415,6 +415,7 @@ def test_replicas_decode_side_by_side_with_the_same_outputs(tiny_model_dir: Path
     one = Translator(tiny_model_dir, device="cpu", intra_threads=1)
     two = Translator(tiny_model_dir, device="cpu", intra_threads=1, replicas=2)
     assert len(two.runners) == 2 and two.runners[0] is two.runner
+    assert two.runners[1].sessions is two.runner.sessions  # one thread each: the same sessions, run at once
     entered = threading.Barrier(2, timeout=10)
     used: set[int] = set()
     for i, runner in enumerate(two.runners):
@@ -449,6 +450,8 @@ def test_auto_replicas_two_on_a_multi_core_cpu_sharing_one_shortlist(
     assert all(r.sessions.options.intra_op_num_threads == cores // expected for r in auto.runners)
     shortlists = {id(r.sessions.shortlist) for r in auto.runners}
     assert len(shortlists) == 1 and auto.runner.sessions.shortlist is not None  # one table and projection in memory
+    sessions = {id(r.sessions) for r in auto.runners}  # replicas of one thread run the same sessions; wider ones not
+    assert len(sessions) == (1 if cores // expected == 1 else expected)
 
 
 @pytest.mark.parametrize(

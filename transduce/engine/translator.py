@@ -17,6 +17,7 @@ from transduce.engine.cache import unless_identity
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
 from transduce.engine.manifest import load_manifest
+from transduce.engine.numpy_runner import NumpyRunner
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.search import GreedySearch, Hypothesis, make_search
@@ -172,7 +173,14 @@ class Translator:
             plan = cpu_plan
             first = opened(plan, None)
         self.runners: list[DecoderRunner] = [first]
+        # replicas of one thread on the CPU run the first's sessions, each from its own thread (onnxruntime runs a
+        # session's calls at once, and a pool of one thread is the calling thread): one copy of the weights and one
+        # arena instead of one each. Wider replicas would share one pool, so they get their own sessions.
+        shares = isinstance(first, NumpyRunner) and plan[0] == 1
         while len(self.runners) < n:
+            if shares:
+                self.runners.append(NumpyRunner(first.sessions))
+                continue
             runner = opened(plan, first.sessions.shortlist)
             if runner.sessions.provider != first.sessions.provider:  # onnxruntime fell back, e.g. out of GPU memory
                 log.warning(

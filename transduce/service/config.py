@@ -53,7 +53,8 @@ class Settings(BaseSettings):
     )
     engine_replicas: int = Field(
         0,
-        description="engine sessions decoding side by side, a copy of the model in memory each (static: batches; "
+        description="engine sessions decoding side by side, a copy of the model in memory each unless they have "
+        "1 thread on the CPU, when they share one (static: batches; "
         "step: one running batch each, fed from one queue); 0 = auto: 2 on a CPU with 2 or more cores (2 replicas of "
         "1 thread on 2 cores served 1.17-1.49x the requests of 1 of 2 threads at beam 4 from 16 clients on, and the "
         "step scheduler 1.1-1.7x), 2 of 1 thread each on CUDA (1.05-1.91x one engine of 16 threads on an H200), "
