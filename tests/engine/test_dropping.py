@@ -134,10 +134,20 @@ def test_the_batcher_tells_process_which_items_were_abandoned() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_client_gone_mid_decode_stops_its_static_batch(tiny_translator: Translator) -> None:
+async def test_a_client_gone_mid_decode_stops_its_static_batch(
+    tiny_translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Through the app with static batching: the tiny random model decodes a long beam-3 text to the length cap;
-    the client hangs up as its batch starts, and the engine stops decoding it at the next step."""
+    the client hangs up once its batch has taken a decoder step, and the engine stops decoding it at the next step."""
     text = " ".join(SENTENCES * 3)
+    stepped = threading.Event()  # (waiting for the batch to start was not enough: under load it could be dropped
+    real_step = tiny_translator.runner.step  # before its first step, and the test saw 0 steps)
+
+    def step(tokens: Any, state: Any) -> Any:
+        stepped.set()
+        return real_step(tokens, state)
+
+    monkeypatch.setattr(tiny_translator.runner, "step", step)
     full_steps = 0
     for hang_up in (False, True):
         async with serve(tiny_translator, scheduler="static", max_batch_size=32) as (client, app):
@@ -145,8 +155,9 @@ async def test_a_client_gone_mid_decode_stops_its_static_batch(tiny_translator: 
             await wait_until(lambda q=queue: q.in_flight == 0)  # type: ignore[misc]  # the canary's batch has ended
             before = stats.decoder_steps
             if hang_up:
+                stepped.clear()
                 call, hung_up = post_then_hang_up(app, {"q": text, **EN_DE, "beam_size": 3})
-                await wait_until(lambda q=queue: q.in_flight > 1)  # type: ignore[misc]  # its batch started
+                await wait_until(stepped.is_set)  # its batch decodes
                 hung_up.set()
                 await asyncio.wait_for(call, 10)
                 await wait_until(lambda q=queue: q.in_flight == 0, 30)  # type: ignore[misc]

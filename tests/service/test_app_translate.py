@@ -142,8 +142,18 @@ async def test_fields_in_the_query_string_and_an_unset_format_as_libretranslate_
         r = await client.post("/translate?q=a+b&q=c&source=en&target=de&alternatives=0")  # no body, no content type
         assert r.status_code == 200 and r.json() == {"translatedText": ["B A", "C"]}, r.text
         form = {"content-type": "application/x-www-form-urlencoded"}
-        r = await client.post("/translate?q=a+b&source=en&target=fr", content=b"target=de", headers=form)
-        assert r.status_code == 200 and r.json() == {"translatedText": "B A"}, r.text  # the form's field wins
+        r = await client.post("/translate?q=a+b&source=en&target=de", content=b"target=fr", headers=form)
+        assert r.status_code == 200 and r.json() == {"translatedText": "B A"}, r.text  # the query string's field wins
+        parts = [  # a file is no field, even before the field of its name (as werkzeug reads a form)
+            b'Content-Disposition: form-data; name="target"; filename="t.txt"\r\n\r\nfr',
+            b'Content-Disposition: form-data; name="target"\r\n\r\nde',
+            b'Content-Disposition: form-data; name="q"\r\n\r\na b',
+            b'Content-Disposition: form-data; name="source"\r\n\r\nen',
+        ]
+        body = b"".join(b"--xyz\r\n" + part + b"\r\n" for part in parts) + b"--xyz--\r\n"
+        multipart = {"content-type": "multipart/form-data; boundary=xyz"}
+        r = await client.post("/translate", content=body, headers=multipart)
+        assert r.status_code == 200 and r.json() == {"translatedText": "B A"}, r.text
         r = await client.post("/translate?q=a&source=en&target=de", content=b"stray")  # a body needs its type
         assert r.status_code == 415 and "query string" in r.json()["error"]
         for unset in (None, ""):

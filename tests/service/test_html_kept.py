@@ -100,3 +100,67 @@ async def test_through_the_app_and_as_a_file() -> None:
         assert r.status_code == 200, r.text
         download = await client.get(r.json()["translatedFileUrl"])
         assert download.status_code == 200 and handlers(download.text) == [], download.text
+
+
+def test_runs_of_comments_are_read_in_linear_time() -> None:
+    """Where a fragment starts, and whether it is a document, was matched with backtracking into each comment: a
+    request of 30 empty comments and a letter held the interpreter (and so every request) for minutes."""
+    import signal
+
+    from transduce.service.htmlkept import fragment_context
+
+    def too_slow(signum: int, frame: object) -> None:
+        raise TimeoutError("a run of comments took more than 5 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)
+    try:
+        assert fragment_context("<!---->" * 40 + "x") == "div"
+        assert fragment_context("<!---->" * 40 + "<td>x</td>") == "tr"
+        assert kept("<!---->" * 40 + "x") == "<!---->" * 40 + "x"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "<!DOCTYPE html><title>t</title></head><!--c--> <p>x</p>",
+        "<!DOCTYPE html><title>t</title></body><style>p{}</style><p>x</p>",
+        "<!DOCTYPE html><p>x</p></body><!--after-->",
+        "<!DOCTYPE html><p>x</p></html><!--after-->",
+        "<!DOCTYPE html><table><tr><td>a</td></tr></tbody><tr><td>b</td></tr></table>",
+        "<!DOCTYPE html>\n<!-- a -->\n<title>T</title>\n<p>Hi</p>\n",
+    ],
+)
+def test_a_document_without_the_tags_the_parser_adds_parses_back_the_same(html: str) -> None:
+    """The html, head, body and tbody a parser adds are not written back where the page wrote neither their start nor
+    their end tag: an end tag alone decides where what follows it goes."""
+    out = kept(html)
+    assert LexborHTMLParser(out, scripting=True).html == LexborHTMLParser(html, scripting=True).html, out
+
+
+@pytest.mark.parametrize(
+    ("html", "expected"),
+    [
+        ("<col span=2>Hello <b>world</b><p>Good night</p>", '<col span="2">Hello <b>world</b><p>Good night</p>'),
+        ("<!--><td>a</td><td>b</td>", "<!----><td>a</td><td>b</td>"),  # "<!-->" is a whole comment
+        ("<!--><div>x</div><!-- --><td>y</td>", "<!----><div>x</div><!-- -->y"),  # a <div> first: a <div>'s content
+        ("\u00a0<td>a</td>", "&nbsp;a"),  # a no-break space is text, not a blank: a <div>'s content
+    ],
+)
+def test_a_table_part_is_parsed_in_its_table_only_where_the_fragment_starts_with_it(html: str, expected: str) -> None:
+    """A <col> first is parsed in a <table> (in a <colgroup> the parser dropped all the rest), and what comes first
+    is read as the tokenizer reads it."""
+    assert kept(html) == expected
+
+
+def test_a_context_that_would_drop_text_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should a table context drop what a table cannot hold (as a <colgroup> drops all but <col>s), the fragment is
+    parsed as a <div>'s content instead: markup may be repaired, text is never lost."""
+    from transduce.service import htmlkept
+
+    monkeypatch.setitem(htmlkept.CONTEXT, "col", "colgroup")
+    assert htmlkept.fragment_context("<col>Hello") == "colgroup"
+    assert kept("<col span=2>Hello <b>world</b>") == "Hello <b>world</b>"

@@ -175,8 +175,9 @@ class Translator:
         self.runners: list[DecoderRunner] = [first]
         # replicas of one thread on the CPU run the first's sessions, each from its own thread (onnxruntime runs a
         # session's calls at once, and a pool of one thread is the calling thread): one copy of the weights and one
-        # arena instead of one each. Wider replicas would share one pool, so they get their own sessions.
-        shares = isinstance(first, NumpyRunner) and plan[0] == 1
+        # arena instead of one each. Wider replicas would share one pool, so they get their own sessions, unless the
+        # process's pool is made: every session runs on it then.
+        shares = isinstance(first, NumpyRunner) and (plan[0] == 1 or pool_made)
         while len(self.runners) < n:
             if shares:
                 self.runners.append(NumpyRunner(first.sessions))

@@ -31,7 +31,14 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
-from transduce.service.htmlkept import children, comment_html, fragment_context, fragment_nodes, kept_html
+from transduce.service.htmlkept import (
+    LEADING,
+    children,
+    comment_html,
+    fragment_context,
+    fragment_nodes,
+    kept_html,
+)
 from transduce.service.htmlnodes import Atom, AttrSlot, Inline, Node, Tag, Term
 from transduce.service.htmlunits import Unit
 
@@ -57,9 +64,8 @@ VOID_INLINE = _names("br wbr img input embed")
 KEPT_BLOCK = _names("pre listing xmp plaintext")
 TRANSLATED_ATTRIBUTES = frozenset(("title", "alt", "placeholder", "aria-label"))
 _HANDLE = re.compile(r"[@#]\S+|(?:https?://|www\.)\S+|\S+@\S+\.\w+")  # a mention, hashtag, URL or e-mail address
-_COMMENT = r"<!--(?:>|->|.*?--!?>)"  # as the tokenizer ends one: "<!-->" and "<!--->" too, "--!>" as "-->"
-_DOCUMENT = re.compile(rf"\s*(?:{_COMMENT}\s*)*<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
-_DOCTYPE = re.compile(rf"\s*(?:{_COMMENT}\s*)*(<!doctype\b[^>]*>)", re.IGNORECASE | re.DOTALL)  # up to its first >
+_DOCUMENT = re.compile(rf"{LEADING}<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
+_DOCTYPE = re.compile(rf"{LEADING}(<!doctype\b[^>]*>)", re.IGNORECASE | re.DOTALL)  # up to its first >
 _XML_PROLOG = re.compile(r"\s*<\?xml\b[^>]*\?>\s*", re.IGNORECASE)  # an XHTML file's first line: kept as written
 # the HTML parser drops a newline right after these start tags, and Lexbor's serialiser does not write the one the
 # HTML Standard's serialisation adds back ("<pre>\n\nfoo" came back as "<pre>\nfoo", one blank line fewer)
@@ -278,14 +284,32 @@ def outer_html(node: LexborNode) -> str:
     return _NEWLINE_DROPPED.sub(r"\1\n", kept_html(node, node.html or "", VOID), count=1)
 
 
-# elements the parser puts in where the HTML leaves them out (a document's html, head and body, a table's tbody)
-_OPTIONAL = {name: re.compile(rf"<{name}[\s/>]", re.I) for name in ("html", "head", "body", "tbody")}
+# elements the parser puts in where the HTML leaves them out (a document's html, head and body, a table's tbody and
+# colgroup); an end tag alone decides where content goes (a comment after "</body>" stays after the body)
+_OPTIONAL = {name: re.compile(rf"</?{name}[\s/>]", re.I) for name in ("html", "head", "body", "tbody", "colgroup")}
 
 
 def _implied(text: str) -> frozenset[str]:
-    """The ``_OPTIONAL`` elements ``text`` never writes a start tag of: the parser adds them, and they come back
-    without their tags (as sent; the parser adds them again)."""
+    """The ``_OPTIONAL`` elements ``text`` writes neither a start nor an end tag of: the parser adds them, and they
+    come back without their tags (as sent; the parser adds them again where they were)."""
     return frozenset(name for name, written in _OPTIONAL.items() if written.search(text) is None)
+
+
+def _all_text(parser: LexborHTMLParser) -> int:
+    """How many characters of text a parsed fragment holds."""
+    return sum(len(node.text(deep=True) or "") for node in fragment_nodes(parser))
+
+
+def _fragment_parser(text: str) -> LexborHTMLParser:
+    """``text`` parsed as a fragment in its context (``fragment_context``): a table part inside what holds it, unless
+    that parse keeps less text than a ``<div>``'s would (a parser in a table context drops what a table cannot hold)."""
+    context = fragment_context(text)
+    parser = LexborHTMLParser(text, is_fragment=True, fragment_tag=context, scripting=True)
+    if context != "div":
+        plain = LexborHTMLParser(text, is_fragment=True, scripting=True)
+        if _all_text(parser) < _all_text(plain):
+            return plain
+    return parser
 
 
 def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
@@ -318,7 +342,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
             else:
                 builder.parts.append(outer_html(node))
         return builder.item()
-    parser = LexborHTMLParser(text, is_fragment=True, fragment_tag=fragment_context(text), scripting=True)
+    parser = _fragment_parser(text)
     if utf8:
         _declare_utf8(parser)
     for node in fragment_nodes(parser):

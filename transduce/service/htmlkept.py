@@ -34,9 +34,13 @@ CONTEXT = {
     "th": "tr",
     "tr": "tbody",
     **dict.fromkeys(("tbody", "thead", "tfoot", "caption", "colgroup"), "table"),
-    "col": "colgroup",
+    "col": "table",  # in a <colgroup> the parser drops everything but <col>s
 }
-_FIRST_TAG = re.compile(r"(?:\s|<!--.*?-->)*<([A-Za-z][A-Za-z0-9]*)", re.S)
+# a comment as the tokenizer ends one ("<!-->" and "<!--->" too, "--!>" as "-->"), atomic: a run of comments matches
+# in linear time (with backtracking into ".*?", 30 empty comments took minutes); blanks as HTML's five
+COMMENT = r"(?><!--(?:>|->|.*?--!?>))"
+LEADING = rf"(?>[\t\n\f\r ]*(?:{COMMENT}[\t\n\f\r ]*)*)"  # blanks and comments before a document's first tag
+_FIRST_TAG = re.compile(rf"{LEADING}<([A-Za-z][A-Za-z0-9]*)", re.DOTALL)
 
 
 def fragment_context(html: str) -> str:

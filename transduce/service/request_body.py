@@ -130,10 +130,11 @@ def _query_fields(request: Request) -> dict[str, Any]:
 
 def _form_fields(form: FormData) -> dict[str, Any]:
     """A form's (or a query string's) fields as the JSON body would hold them: q one text or a list (q sent several
-    times), any other field sent several times its first value (as LibreTranslate reads a form), the glossary parsed
-    from its JSON text, numbers from their digits."""
-    data: dict[str, Any] = {k: form.getlist(k)[0] for k in form if k != "q"}
-    qs = [v for v in form.getlist("q") if isinstance(v, str)]
+    times), any other field sent several times its first value, files left out (as LibreTranslate's werkzeug reads a
+    form), the glossary parsed from its JSON text, numbers from their digits."""
+    texts = {k: [v for v in form.getlist(k) if isinstance(v, str)] for k in form}
+    data: dict[str, Any] = {k: values[0] for k, values in texts.items() if values and k != "q"}
+    qs = texts.get("q", [])
     if qs:
         data["q"] = qs[0] if len(qs) == 1 else qs
     if isinstance(data.get("glossary"), str):  # a form sends the glossary as JSON text; an empty one is not given
@@ -204,8 +205,8 @@ async def read_body_as(request: Request, settings: Settings, model: type[M], fie
     body = await _read_body(request, settings.max_body_bytes, settings.request_read_timeout_s)
     if json_body:
         data: Any = parse_json(body)
-    elif ctype and body:  # a form's fields over the query string's (LibreTranslate's request.values)
-        data = {**_query_fields(request), **await _parse_form(request, body)}
+    elif ctype and body:  # the query string's fields over the form's, as LibreTranslate reads request.values
+        data = {**await _parse_form(request, body), **_query_fields(request)}
     elif not body:  # no body: the fields are in the query string, as LibreTranslate also reads them
         data = _query_fields(request)
     else:
