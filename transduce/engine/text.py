@@ -51,6 +51,7 @@ class Segmented:
 TITLES = frozenset("Mr Mrs Ms Dr Prof Sr Jr St Mt Rev Gen Col Lt Sgt Capt Hon Hr Fr Frl Dipl Ing Mag Hrsg".split())  # noqa: SIM905
 NUMBER_PREFIXES = frozenset("No Nos Nr Vol Fig Figs Abb Abs Art Kap Chap Sec Tab pp p S".split())  # noqa: SIM905
 _BEFORE_PERIOD = re.compile(r"(?:^|[\s(\[\"'“‘«„])([^\W\d_]+)\.$")
+_DIGIT_NEXT = re.compile(r"\s*\d")  # at a position: no copy of the rest of the text at every "No." (quadratic)
 
 
 def _holds(body: str, end: int) -> bool:
@@ -61,7 +62,7 @@ def _holds(body: str, end: int) -> bool:
     w = word.group(1)
     if w in TITLES or (len(w) == 1 and w.isupper() and w != "I"):  # "So did I. Then ..." ends there
         return True
-    return w in NUMBER_PREFIXES and body[end:].lstrip()[:1].isdigit()
+    return w in NUMBER_PREFIXES and _DIGIT_NEXT.match(body, end) is not None
 
 
 def has_letters(text: str) -> bool:

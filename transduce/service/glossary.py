@@ -17,6 +17,7 @@ made; a request entry overrides a file entry for the same source term.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -42,9 +43,31 @@ class GlossaryFileError(ValueError):
     """The glossary file cannot be used; the message (one line) says where and what to fix."""
 
 
+def _case_classes() -> dict[int, int]:
+    """Characters ``re.IGNORECASE`` holds equal beyond lower-casing (``i`` and dotless ``ı``, ``s`` and long ``ſ``,
+    ``µ`` and ``μ``, ...): each mapped to the smallest of its class (from ``re``'s own table; none where it lacks
+    one)."""
+    try:
+        extra: dict[int, tuple[int, ...]] = importlib.import_module("re._casefix")._EXTRA_CASES
+    except (ImportError, AttributeError):
+        return {}
+    return {code: min(code, *others) for code, others in extra.items()}
+
+
+_SAME_CASE = _case_classes()
+
+
+def _unit(c: str) -> str:
+    """A term's character as the trie keys it: lower-cased, and one of each ``_case_classes`` class (terms that
+    differed in "i" and "ı" alone were branches ``re`` had to try each, 100 at every word of a 5,000-character q)."""
+    lower = c.lower()
+    return lower.translate(_SAME_CASE) if len(lower) == 1 else c
+
+
 def fold(term: str) -> str:
-    """A source term as matching compares it: case-folded, runs of whitespace as one space."""
-    return " ".join(term.split()).casefold()
+    """A source term as matching compares it: case-folded (``re``'s case classes as one), runs of whitespace as one
+    space."""
+    return " ".join(term.split()).casefold().translate(_SAME_CASE)
 
 
 def duplicate(entries: Sequence[GlossaryEntry]) -> tuple[str, str] | None:
@@ -90,13 +113,17 @@ class Matcher:
         start, end = rf"(?:(?={symbol})|(?<!\w))", rf"(?:(?<={symbol})|(?!\w))"
         self._pattern = re.compile(rf"{start}(?:{pattern}){end}", re.IGNORECASE)
         self._targets = {fold(source): target for source, target in longest}
-        pairs = zip(alternatives, longest, strict=True)
-        self._each = [(re.compile(rf"{p}\Z", re.IGNORECASE), target) for p, (_, target) in pairs]
+        # each term's own pattern, compiled only when a match folds to no term (where case-folding and re's case
+        # rules differ): compiling 100 long terms' each time took as long as the trie's
+        self._each = [(rf"{p}\Z", target) for p, (_, target) in zip(alternatives, longest, strict=True)]
 
     def _target(self, found: str) -> str:
         """The target for a text the pattern matched (the text itself for a term to keep)."""
         key = fold(found)
-        target = self._targets[key] if key in self._targets else next(t for p, t in self._each if p.match(found))
+        if key in self._targets:
+            target = self._targets[key]
+        else:
+            target = next(t for p, t in self._each if re.match(p, found, re.IGNORECASE))
         return found if target is None else target
 
     def split(self, text: str) -> list[str | Term]:
@@ -121,7 +148,7 @@ def _trie_pattern(sources: Sequence[str], space: str) -> str:
     for source in sources:
         node = trie
         for i, word in enumerate(source.split()):
-            for unit in ([" "] if i else []) + [c.lower() if len(c.lower()) == 1 else c for c in word]:
+            for unit in ([" "] if i else []) + [_unit(c) for c in word]:
                 node = node.setdefault(unit, {})
         node[_END] = {}
 

@@ -38,13 +38,14 @@ _HTML_LINE = re.compile(r" {0,3}(?:<[A-Za-z][\w-]*(?:\s[^<>]*)?/?>|</[A-Za-z][\w
 _HTML_ENDS = {"<script": "</script>", "<pre": "</pre>", "<style": "</style>", "<textarea": "</textarea>"}
 _HTML_ENDS |= {"<!--": "-->", "<?": "?>", "<![cdata[": "]]>", "<!": ">"}  # how an HTML block ends (else: a blank line)
 # inline pieces that never reach the model: escapes (text, except \|), hard breaks, code spans, autolinks, HTML,
-# images, footnote references, bare URLs (a code span or comment only opens here: _kept_spans finds where it closes)
+# images, footnote references (no "[" in the label, as CommonMark: with one, "[^" * k was searched to its end from
+# every "[^"), bare URLs (a code span or comment only opens here: _kept_spans finds where it closes)
 _KEPT = re.compile(
     r"(?P<esc>\\[!-/:-@\[-`{-~])|\n|(?<!`)(?P<ticks>`+)"
     r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*>|<[\w.+-]+@[\w-]+(?:\.[\w-]+)+>|(?P<comment><!--)"
     r"|</?[A-Za-z][A-Za-z0-9-]*(?:\s+[A-Za-z_:][\w.:-]*(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*\s*/?>"
     r"|!\[(?:[^\[\]\\]|\\.)*\](?:\((?:<[^<>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)"
-    r"|\[[^\[\]]*\])|\[\^[^\]\s]+\]|(?:https?://|www\.)[^\s<>]*[^\s<>.,;:!?'\")\]*_~]",
+    r"|\[[^\[\]]*\])|\[\^[^\[\]\s]+\]|(?:https?://|www\.)[^\s<>]*[^\s<>.,;:!?'\")\]*_~]",
     re.DOTALL,
 )
 _LINK = re.compile(
