@@ -55,19 +55,20 @@ def _case_classes() -> dict[int, int]:
 
 
 _SAME_CASE = _case_classes()
+_DOTTED_I = "\u0130"  # "İ", which re matches to "i" though it lower-cases to two characters ("i" and a dot)
 
 
 def _unit(c: str) -> str:
     """A term's character as the trie keys it: lower-cased, and one of each ``_case_classes`` class (terms that
     differed in "i" and "ı" alone were branches ``re`` had to try each, 100 at every word of a 5,000-character q)."""
-    lower = c.lower()
+    lower = "i" if c == _DOTTED_I else c.lower()
     return lower.translate(_SAME_CASE) if len(lower) == 1 else c
 
 
 def fold(term: str) -> str:
     """A source term as matching compares it: case-folded (``re``'s case classes as one), runs of whitespace as one
     space."""
-    return " ".join(term.split()).casefold().translate(_SAME_CASE)
+    return " ".join(term.split()).replace(_DOTTED_I, "i").casefold().translate(_SAME_CASE)
 
 
 def duplicate(entries: Sequence[GlossaryEntry]) -> tuple[str, str] | None:
@@ -113,9 +114,11 @@ class Matcher:
         start, end = rf"(?:(?={symbol})|(?<!\w))", rf"(?:(?<={symbol})|(?!\w))"
         self._pattern = re.compile(rf"{start}(?:{pattern}){end}", re.IGNORECASE)
         self._targets = {fold(source): target for source, target in longest}
-        # each term's own pattern, compiled only when a match folds to no term (where case-folding and re's case
-        # rules differ): compiling 100 long terms' each time took as long as the trie's
+        # each term's own pattern, compiled (once, here, not in re's shared cache of 512) only when a match folds to
+        # no term (where case-folding and re's case rules differ, "ß" and "ss"): compiling 100 long terms' for every
+        # glossary took as long as the trie's
         self._each = [(rf"{p}\Z", target) for p, (_, target) in zip(alternatives, longest, strict=True)]
+        self._compiled: dict[int, re.Pattern[str]] = {}
 
     def _target(self, found: str) -> str:
         """The target for a text the pattern matched (the text itself for a term to keep)."""
@@ -123,8 +126,14 @@ class Matcher:
         if key in self._targets:
             target = self._targets[key]
         else:
-            target = next(t for p, t in self._each if re.match(p, found, re.IGNORECASE))
+            target = next(t for i, (_, t) in enumerate(self._each) if self._pattern_of(i).match(found))
         return found if target is None else target
+
+    def _pattern_of(self, i: int) -> re.Pattern[str]:
+        """Term ``i``'s own pattern, compiled the first time it is asked for."""
+        if i not in self._compiled:
+            self._compiled[i] = re.compile(self._each[i][0], re.IGNORECASE)
+        return self._compiled[i]
 
     def split(self, text: str) -> list[str | Term]:
         """``text`` as text and terms, in order (``[text]`` when no term occurs)."""
