@@ -69,3 +69,17 @@ def test_a_term_found_only_by_its_own_pattern_compiles_it_once() -> None:
     with within(5):
         pieces = matcher.split("Straße " * 1000)
     assert sum(1 for p in pieces if not isinstance(p, str) and p.target == "street") == 1000
+
+
+def test_many_translated_attributes_and_breaks_between_edge_marks_take_linear_time() -> None:
+    """Not regular expressions, but the same kind of cost (the audit that followed): each translated attribute counted
+    every slot before it (11 s for a 200,000-character page of titles), and a separator grown with += over a run of
+    line breaks and edge marks (2.6 s for 200,000 characters)."""
+    from transduce.engine.text import segment
+
+    with within(5):
+        item = parse_html('<p title="a">b</p>' * 12_000)
+        assert item.rejoin(list(item.sentences)) == '<p title="a">b</p>' * 12_000
+        for _ in range(4):
+            parts = segment("a" + "\u2028\u200b" * 100_000 + "b")
+    assert parts.sentences == ("a", "b") and parts.rejoin(list(parts.sentences)) == "a" + "\u2028\u200b" * 100_000 + "b"

@@ -76,21 +76,21 @@ def segment(text: str) -> Segmented:
     gives back ``text``."""
     body = text[_edge(text) :]
     sentences: list[str] = []
-    separators: list[str] = []
+    separators: list[list[str]] = []  # each one's parts, joined at the end (a string grown with += was quadratic)
 
     def add(piece: str, separator: str) -> None:
         # edge marks that begin it (after a break) belong to the separator before; whitespace and edge marks before a
         # line break or at the very end, to the separator after
         lead = _edge(piece) if sentences else 0  # (the first piece begins after the text's leading ones)
         if lead:
-            separators[-1] += piece[:lead]
+            separators[-1].append(piece[:lead])
             piece = piece[lead:]
         sentence = piece[: len(piece) - _edge(piece[::-1])]
         if not sentence and sentences:  # edge marks alone between two breaks: with the separator before them
-            separators[-1] += piece + separator
+            separators[-1] += [piece, separator]
             return
         sentences.append(sentence)
-        separators.append(piece[len(sentence) :] + separator)
+        separators.append([piece[len(sentence) :], separator])
 
     start = 0
     for match in _BOUNDARY.finditer(body):
@@ -106,7 +106,7 @@ def segment(text: str) -> Segmented:
             start = match.end()
     if start < len(body):
         add(body[start:], "")
-    return Segmented(tuple(sentences), tuple(separators), text[: len(text) - len(body)])
+    return Segmented(tuple(sentences), tuple("".join(parts) for parts in separators), text[: len(text) - len(body)])
 
 
 _CLAUSE = re.compile(r"[,;:)\]](?=\s)|\s[-–—](?=\s)")  # where a sentence may be cut short of a sentence end

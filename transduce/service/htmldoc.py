@@ -184,6 +184,7 @@ class _Builder:
         self.parts: list[str | Tag | Unit] = []
         self.slots: list[Unit | _AttrText] = []
         self.run: list[Node] = []  # the inline content since the last block boundary
+        self.attributes = 0  # translated attributes so far (``AttrSlot``'s index)
 
     def item(self) -> HtmlItem:
         self.flush()
@@ -207,7 +208,8 @@ class _Builder:
             text = value or ""
             if key in TRANSLATED_ATTRIBUTES and text.strip():
                 self.slots.append(_AttrText(segment(text)))
-                attrs.append((key, AttrSlot(sum(isinstance(s, _AttrText) for s in self.slots) - 1)))
+                attrs.append((key, AttrSlot(self.attributes)))  # (counted: counting the slots each time was quadratic)
+                self.attributes += 1
             else:
                 attrs.append((key, text))
         return Tag(name, tuple(attrs), void=name in VOID)
