@@ -227,14 +227,18 @@ def _bench_settings(model_dir: str, mode: str, threads: int, port: int) -> dict[
     return settings
 
 
+# what no server of the bench takes from its environment, in any mode: the bench's own settings, the mode's three
+# (set by every mode but auto, which leaves them to the service) and NOT_INHERITED
+_NOT_PASSED_ON = frozenset((*_bench_settings("", "static", 1, 0), *SET_BY_MODE, *NOT_INHERITED))
+
+
 def inherited_settings() -> dict[str, str]:
     """The service settings (``TRANSDUCE_*``) the bench's servers take from this process's environment in every mode,
     e.g. ``TRANSDUCE_DEVICE=cuda``; reported with the results, since they change what is measured."""
     from transduce.service.config import Settings
 
     fields = {f"TRANSDUCE_{name}".upper() for name in Settings.model_fields}
-    own = set(_bench_settings("", "static", 1, 0)) | set(SET_BY_MODE) | set(NOT_INHERITED)
-    return {k: v for k, v in sorted(os.environ.items()) if k.upper() in fields - own}
+    return {k: v for k, v in sorted(os.environ.items()) if k.upper() in fields - _NOT_PASSED_ON}
 
 
 def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, str]:
@@ -242,19 +246,17 @@ def server_env(model_dir: str, mode: str, threads: int, port: int) -> dict[str, 
     (no cache, no queue limit, 600 s timeouts) and the mode's scheduler, replicas and threads; under ``auto``, none
     of those three, even if this process's environment sets them. ``TRANSDUCE_MODELS`` is not passed on, and the
     package stays importable from the server's own working directory (``serve``: one without a ``.env``)."""
-    settings = _bench_settings(model_dir, mode, threads, port)
-    dropped = set(NOT_INHERITED) | set(settings) | (set(SET_BY_MODE) if mode == "auto" else set())
     env = {  # names as the service reads them, in any case; relative paths as meant where the bench runs
         k: os.path.abspath(v) if k.upper() in PATH_SETTINGS and v else v
         for k, v in os.environ.items()
-        if k.upper() not in dropped
+        if k.upper() not in _NOT_PASSED_ON
     }
     paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if (PACKAGE_ROOT / "pyproject.toml").is_file():  # a source checkout, not an installed package
         paths.insert(0, str(PACKAGE_ROOT))
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env | settings
+    return env | _bench_settings(model_dir, mode, threads, port)
 
 
 _workdir: tempfile.TemporaryDirectory[str] | None = None

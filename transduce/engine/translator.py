@@ -12,7 +12,7 @@ from typing import cast
 
 import numpy as np
 
-from transduce.engine import session as sessions
+from transduce.engine import session as session_module
 from transduce.engine.cache import unless_identity
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
@@ -161,7 +161,7 @@ class Translator:
         # int8 export's MatMuls run on the CPU even in a CUDA session: it gets the CPU's plan from the start.
         on_cuda = CUDA in model_providers(m, device) and m.dtype != "int8-dynamic"
         plan, cpu_plan = planned(on_cuda), planned(False)
-        pool_made = sessions.PROCESS_POOL.size is not None  # then every session runs on it, whatever its plan
+        pool_made = session_module.PROCESS_POOL.size is not None  # then every session runs on it, whatever its plan
         if on_cuda and pool_made:
             log.warning(
                 "%s runs on CUDA on the process's shared thread pool, which a CPU engine made first: its host threads "
