@@ -20,9 +20,9 @@ import functools
 import importlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -135,16 +135,40 @@ class Matcher:
             self._compiled[i] = re.compile(self._each[i][0], re.IGNORECASE)
         return self._compiled[i]
 
+    def search(self, text: str, at: int) -> re.Match[str] | None:
+        """The first term in ``text`` from ``at`` on (a word boundary may look before ``at``)."""
+        return self._pattern.search(text, at)
+
+    def term(self, match: re.Match[str]) -> Term:
+        """The term ``search`` found."""
+        return Term(match.group(), self._target(match.group()))
+
     def split(self, text: str) -> list[str | Term]:
         """``text`` as text and terms, in order (``[text]`` when no term occurs)."""
-        pieces: list[str | Term] = []
-        at = 0
-        for match in self._pattern.finditer(text):
-            if match.start() > at:
-                pieces.append(text[at : match.start()])
-            pieces.append(Term(match.group(), self._target(match.group())))
-            at = match.end()
-        return [*pieces, text[at:]] if at < len(text) or not pieces else pieces
+        return split_by((self,), text)
+
+
+def split_by(matchers: Sequence[Matcher], text: str) -> list[str | Term]:
+    """``text`` as text and the terms of any of ``matchers``, in order (``[text]`` when none occurs): the leftmost
+    match first, the longest of those starting there, the earlier matcher's on a tie; never overlapping. A request's
+    glossary and the runs its model cannot spell are two matchers, so the glossary's (up to a file's thousands of
+    terms) is compiled once, not again for every item with its own runs."""
+    pieces: list[str | Term] = []
+    at = 0
+    found = [m.search(text, 0) for m in matchers]
+    while True:
+        for i, match in enumerate(found):  # a matcher whose match another one's overlapped looks again, from here
+            if match is not None and match.start() < at:
+                found[i] = matchers[i].search(text, at)
+        live = [(match.start(), -match.end(), i) for i, match in enumerate(found) if match is not None]
+        if not live:
+            break
+        start, minus_end, i = min(live)
+        if start > at:
+            pieces.append(text[at:start])
+        pieces.append(matchers[i].term(cast(re.Match[str], found[i])))
+        at = -minus_end
+    return [*pieces, text[at:]] if at < len(text) or not pieces else pieces
 
 
 _END = ""  # a trie key no unit uses: a term ends here
@@ -201,9 +225,19 @@ class TextWithTerms:
         return self._unit.render(translations, ())
 
 
-def mask_text(text: str, terms: Terms) -> Segmented | TextWithTerms:
-    """``text`` cut into sentences, its terms masked; exactly ``segment(text)`` when no term occurs in it."""
-    pieces: list[str | Term] = matcher(terms, False).split(text) if terms else [text]
+def splitter(terms: Terms, runs: Terms = (), *, html: bool) -> Callable[[str], list[str | Term]] | None:
+    """How to cut a text into text and terms: ``terms`` (a glossary: its matcher cached) and ``runs`` (one text's
+    runs the model cannot spell, kept as written; a glossary term wins over a run that is the same text); None when
+    there are neither."""
+    matchers = ([matcher(terms, html)] if terms else []) + ([Matcher(runs, html=html)] if runs else [])
+    return functools.partial(split_by, matchers) if matchers else None
+
+
+def mask_text(text: str, terms: Terms, runs: Terms = ()) -> Segmented | TextWithTerms:
+    """``text`` cut into sentences, its terms and runs (``splitter``) masked; exactly ``segment(text)`` when none
+    occurs in it."""
+    split = splitter(terms, runs, html=False)
+    pieces: list[str | Term] = split(text) if split is not None else [text]
     return TextWithTerms(pieces) if any(isinstance(p, Term) for p in pieces) else segment(text)
 
 

@@ -29,7 +29,7 @@ from transduce.service.config import Settings
 from transduce.service.detect import Detection, LanguageDetector
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
-from transduce.service.glossary import Terms, duplicate, fold, mask_text, matcher, merged, server_terms, twice_text
+from transduce.service.glossary import Terms, duplicate, mask_text, merged, server_terms, splitter, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
 from transduce.service.htmlunits import PLACEHOLDER
 from transduce.service.schemas import TranslateRequest
@@ -118,8 +118,13 @@ def validate_request(
     detected = tuple(auto[0].detect(t, auto[1]) for t in plain) if auto else None
     sources = tuple(d.language for d in detected) if detected else (req.source,) * len(texts)
     unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
+    glossaries = {source: _terms(req, settings, source) for source in set(sources)}  # merged once, not per item
     items: tuple[Item, ...] = tuple(
-        _masked(html[i] if html is not None else text, _terms(req, settings, source, plain[i], unknown))
+        _masked(
+            html[i] if html is not None else text,
+            glossaries[source],
+            kept_as_written(unknown(plain[i])) if unknown is not None and source != req.target else (),
+        )
         for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
     )
     counters = {source: _counter(translator, source, req.target) for source in set(sources)}
@@ -246,34 +251,27 @@ def _check_glossary(req: TranslateRequest, settings: Settings) -> None:
         raise ApiError(400, f"glossary has {twice_text(twice)}: keep one entry per source term")
 
 
-def _terms(
-    req: TranslateRequest,
-    settings: Settings,
-    source: str,
-    text: str,
-    unknown: Callable[[str], Sequence[str]] | None,
-) -> Terms:
-    """The terms for ``text`` translated from ``source``: the server's for the pair, overridden by the request's,
-    then what the model cannot spell in it (``unknown``); none for a text already in the target language (passed
-    through as it is)."""
+def _terms(req: TranslateRequest, settings: Settings, source: str) -> Terms:
+    """The glossary for texts translated from ``source``: the server's for the pair, overridden by the request's;
+    none for a text already in the target language (passed through as it is)."""
     if source == req.target:
         return ()
-    terms = merged(server_terms(settings.glossary, source, req.target), req.glossary or ())
-    return kept_as_written(unknown(text), terms) if unknown is not None else terms
+    return merged(server_terms(settings.glossary, source, req.target), req.glossary or ())
 
 
-def kept_as_written(runs: Sequence[str], terms: Terms = ()) -> Terms:
-    """``terms``, then each of ``runs`` (what the model cannot spell: emoji, other scripts, however long: a text is
-    at most max_chars) that no term already covers, as a term to keep as written."""
-    given = {fold(term) for term, _ in terms}
-    return terms + tuple((run, None) for run in runs if fold(run) not in given)
+def kept_as_written(runs: Sequence[str]) -> Terms:
+    """Each of ``runs`` (what the model cannot spell: emoji, other scripts, however long: a text is at most
+    max_chars) as a term to keep as written (a glossary term for the same text wins: ``glossary.split_by``)."""
+    return tuple((run, None) for run in runs)
 
 
-def _masked(item: str | HtmlItem, terms: Terms) -> Item:
-    """The item cut into sentences with its terms masked (exactly as without a glossary where none occurs)."""
+def _masked(item: str | HtmlItem, terms: Terms, runs: Terms) -> Item:
+    """The item cut into sentences with its terms and runs masked (exactly as without a glossary where none
+    occurs)."""
     if isinstance(item, HtmlItem):
-        return item.with_terms(matcher(terms, True).split) if terms else item
-    return mask_text(item, terms)
+        split = splitter(terms, runs, html=True)
+        return item.with_terms(split) if split is not None else item
+    return mask_text(item, terms, runs)
 
 
 def _counter(translator: TranslatorLike, source: str, target: str) -> tuple[Callable[[str], int], int]:

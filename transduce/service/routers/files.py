@@ -126,7 +126,7 @@ async def translate_units(
 
     def fits(text: str) -> bool:  # counted as validation will count it, what the model cannot spell masked as there
         runs = unknown(text) if unknown is not None else []
-        sentences = mask_text(text, kept_as_written(runs)).sentences if runs else [text]
+        sentences = mask_text(text, (), kept_as_written(runs)).sentences if runs else [text]
         return all(written_tokens(s, count) <= settings.max_sentence_tokens for s in sentences)
 
     pieces = _pieces(units, settings.max_chars, fits, most)
