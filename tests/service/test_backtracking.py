@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import io
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from transduce.service.documents import read_document
 from transduce.service.glossary import Matcher, duplicate, fold
@@ -83,3 +85,63 @@ def test_many_translated_attributes_and_breaks_between_edge_marks_take_linear_ti
         for _ in range(4):
             parts = segment("a" + "\u2028\u200b" * 100_000 + "b")
     assert parts.sentences == ("a", "b") and parts.rejoin(list(parts.sentences)) == "a" + "\u2028\u200b" * 100_000 + "b"
+
+
+def _docx(build: Callable[[Any], None]) -> bytes:
+    import docx
+
+    document = docx.Document()
+    build(document)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def _merged_rows(document: Any) -> None:
+    """A table of 3,000 rows whose first column is one vertically merged cell."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    table = document.add_table(rows=3_000, cols=2)
+    table.cell(0, 0).text = "Top"
+    for i, row in enumerate(table._tbl.tr_lst):
+        row.tc_lst[1].p_lst[0].add_r().add_t(f"Row {i}")
+        merge = OxmlElement("w:vMerge")
+        if i == 0:
+            merge.set(qn("w:val"), "restart")
+        row.tc_lst[0].get_or_add_tcPr().append(merge)
+
+
+def _wide_cell(document: Any) -> None:
+    """One cell spanning 300,000 grid columns."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    table = document.add_table(rows=1, cols=1)
+    table.cell(0, 0).text = "Wide"
+    span = OxmlElement("w:gridSpan")
+    span.set(qn("w:val"), "300000")
+    table._tbl.tr_lst[0].tc_lst[0].get_or_add_tcPr().append(span)
+
+
+def _long_run(document: Any) -> None:
+    """One run of 30,000 pieces of text, each followed by a line break."""
+    run = document.add_paragraph().add_run()._r
+    for i in range(30_000):
+        run.add_t(f"w{i % 10}")
+        run.add_br()
+
+
+def test_docx_tables_of_merged_rows_wide_cells_and_a_run_of_many_pieces_take_linear_time() -> None:
+    """python-docx's table model walked every vertically merged cell up to its first (500 rows: 8.8 s; about 1,000 a
+    RecursionError, a 500) and gave a spanning cell once per grid column (13 s); its XPath unions read and cleared a
+    run's text in time quadratic in the run's children (30,000 pieces: 11 s to read, 12 s to write back)."""
+    merged, wide, long = _docx(_merged_rows), _docx(_wide_cell), _docx(_long_run)
+    with within(10):  # about 2.5 s here; 45 s and a RecursionError before
+        documents = [read_document(f"{n}.docx", data) for n, data in (("a", merged), ("b", wide), ("c", long))]
+        rebuilt = [d.rebuild([u.upper() for u in d.units]) for d in documents]
+    assert documents[0].units == ["Top", *(f"Row {i}" for i in range(3_000))]  # the merged cell once
+    assert documents[1].units == ["Wide"]
+    assert documents[2].units == [f"w{i % 10}" for i in range(30_000)]
+    back = read_document("c.docx", rebuilt[2])
+    assert back.units == [f"W{i % 10}" for i in range(30_000)]

@@ -112,6 +112,45 @@ async def test_a_docx_file_translates_body_and_table_paragraphs() -> None:
     assert fake.translated.count("Merged cell") == 1  # a merged cell is translated once, not once per column
 
 
+async def test_a_docx_file_translates_nested_tables_and_content_controls_in_document_order() -> None:
+    """python-docx's ``tables`` and ``cell.paragraphs`` hold no table inside a cell, and its ``paragraphs`` none inside
+    a content control (w:sdt): those stayed untranslated. Every paragraph is read in document order now, except one
+    inside another's run (a text box)."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    document = docx.Document()
+    document.add_paragraph("Before the table.")
+    outer = document.add_table(rows=1, cols=1).cell(0, 0)
+    outer.text = "Outer cell"
+    outer.add_table(rows=1, cols=1).cell(0, 0).text = "Inner cell"
+    control, content = OxmlElement("w:sdt"), OxmlElement("w:sdtContent")
+    held = document.add_paragraph("In a control.")
+    held._p.addprevious(control)
+    control.append(content)
+    content.append(held._p)
+    boxed, box, inside = document.add_paragraph("Has a box."), OxmlElement("w:pict"), OxmlElement("w:txbxContent")
+    box.append(inside)
+    boxed.runs[0]._r.append(box)
+    inside.append(document.add_paragraph("Boxed text.")._p)
+    document.add_paragraph("After it all.")
+    data = io.BytesIO()
+    document.save(data)
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, "nested.docx", data.getvalue()))
+    sent = ["Before the table.", "Outer cell", "Inner cell", "In a control.", "Has a box.", "After it all."]
+    assert fake.translated[1:] == sent
+    result = docx.Document(io.BytesIO(got.content))
+    cell = result.tables[0].cell(0, 0)
+    assert [cell.paragraphs[0].text, cell.tables[0].cell(0, 0).text] == ["CELL OUTER", "CELL INNER"]
+    sdt = result.element.body.find(qn("w:sdt"))
+    assert "".join(t.text for t in sdt.iter(qn("w:t"))) == "CONTROL. A IN"
+    box = result.element.body.find(f".//{qn('w:txbxContent')}")
+    assert "".join(t.text for t in box.iter(qn("w:t"))) == "Boxed text."  # kept, with its paragraph
+    assert result.paragraphs[-2].text == "BOX. A HAS"
+
+
 async def test_long_files_are_sent_in_requests_within_the_limits() -> None:
     lines = [f"Line number {i}. It has two sentences." for i in range(30)] + ["A long one. " * 12]
     fake = FakeTranslator()

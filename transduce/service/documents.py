@@ -4,9 +4,7 @@
 - .md keeps its structure (``markdowndoc``): code, HTML blocks and link destinations are never translated; headings,
   list items, quotes and table cells keep their markers; a paragraph is translated as one text.
 - .html/.htm goes through ``htmldoc`` as ``format: "html"`` does (tags, attributes, scripts kept).
-- .docx translates each paragraph of the body and of its tables: the text of the runs between hyperlinks goes into
-  the first of those runs (which keeps its formatting), a hyperlink's text into the hyperlink, placed as in HTML; a
-  line break inside a paragraph ends a sentence and stays where it was.
+- .docx goes through ``docxdoc``: each paragraph of the body, its tables and content controls.
 
 Before anything is parsed, a text file of over ``MARKUP_ALLOWANCE`` times the character limit is refused, and so is a
 .docx that would unpack to over ``DOCX_INFLATION`` times the byte limit, or that holds over ``MAX_DOCX_PARTS`` files
@@ -16,23 +14,14 @@ Before anything is parsed, a text file of over ``MARKUP_ALLOWANCE`` times the ch
 from __future__ import annotations
 
 import codecs
-import contextlib
-import copy
-import io
 import re
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePath
-from typing import Any
-
-from lxml import etree
 
 from transduce.service.errors import ApiError
 from transduce.service.htmldoc import parse_html
-from transduce.service.htmlnodes import Atom, Inline, Node, Tag
-from transduce.service.htmlunits import Unit
-from transduce.service.markdowndoc import Markdown, MarkdownText, unescape
+from transduce.service.markdowndoc import Markdown, MarkdownText
 
 TEXT_TYPES = {".txt": "text/plain; charset=utf-8", ".md": "text/markdown; charset=utf-8"}
 HTML_TYPES = {".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8"}
@@ -78,7 +67,9 @@ def read_document(name: str, data: bytes, *, max_chars: int = 0, max_bytes: int 
     .docx unpacking to over ``DOCX_INFLATION * max_bytes`` bytes, is a 413 before it is parsed."""
     suffix = PurePath(name).suffix.lower()
     if suffix == DOCX:
-        return _docx(name, data, max_chars, max_bytes)
+        from transduce.service.docxdoc import read_docx  # (which imports this module)
+
+        return read_docx(name, data, max_chars, max_bytes)
     if suffix not in MEDIA_TYPES:
         raise ApiError(
             400, f"files of type {suffix or '(none)'!r} are not supported: send {', '.join(supported_types())}"
@@ -96,7 +87,7 @@ def read_document(name: str, data: bytes, *, max_chars: int = 0, max_bytes: int 
     return document
 
 
-def _split(counts: Sequence[int], translations: Sequence[str]) -> list[Sequence[str]]:
+def split_counts(counts: Sequence[int], translations: Sequence[str]) -> list[Sequence[str]]:
     """``translations`` cut into consecutive slices of ``counts`` items."""
     out, at = [], 0
     for n in counts:
@@ -105,7 +96,7 @@ def _split(counts: Sequence[int], translations: Sequence[str]) -> list[Sequence[
     return out
 
 
-def _plain(units: Sequence[str]) -> str:
+def plain_text(units: Sequence[str]) -> str:
     """The units without their placeholders: the text language detection reads."""
     return " ".join(re.sub(r"\[\d+\]", "", unit) for unit in units)
 
@@ -140,12 +131,14 @@ def _markdown(text: str) -> Document:
     blocks = [part for row in rows for part in row if isinstance(part, MarkdownText)]
 
     def rebuild(translations: list[str]) -> bytes:
-        mine = dict(zip(map(id, blocks), _split([len(b.unit.sentences) for b in blocks], translations), strict=True))
+        mine = dict(
+            zip(map(id, blocks), split_counts([len(b.unit.sentences) for b in blocks], translations), strict=True)
+        )
         out = ["".join(p if isinstance(p, str) else p.render(mine[id(p)]) for p in row) for row in rows]
         return "\n".join(out).replace("\n", newline).encode()
 
     units = [s for b in blocks for s in b.unit.sentences]
-    return Document(units, rebuild, TEXT_TYPES[".md"], _plain(units))
+    return Document(units, rebuild, TEXT_TYPES[".md"], plain_text(units))
 
 
 def _line_end(text: str) -> str:
@@ -154,232 +147,3 @@ def _line_end(text: str) -> str:
     crlf = text.count("\r\n")
     counts = {"\r\n": crlf, "\n": text.count("\n") - crlf, "\r": text.count("\r") - crlf}
     return max(counts, key=lambda end: counts[end]) if any(counts.values()) else "\n"
-
-
-# --- .docx -----------------------------------------------------------------------------------------------------------
-
-
-def _clear_text(run: Any) -> None:
-    """Remove a run's text (characters, tabs, line breaks), keeping its formatting, pictures and page breaks."""
-    for child in run.xpath("w:br | w:cr | w:noBreakHyphen | w:ptab | w:t | w:tab"):
-        if str(child):
-            run.remove(child)
-
-
-def _add_text(run: Any, text: str) -> None:
-    for piece in re.split(r"(\t|\n)", text):
-        if piece == "\t":
-            run.add_tab()
-        elif piece == "\n":
-            run.add_br()
-        elif piece:
-            run.add_t(piece)
-
-
-_BREAK = "<br>"  # a line break inside a paragraph, as Unit.render gives it back
-
-
-def _lines(text: str) -> list[Node]:
-    """A run's text with each line break (w:br, w:cr) as an atom that ends the sentence and comes back as a break."""
-    nodes: list[Node] = []
-    for k, line in enumerate(text.split("\n")):
-        if k:
-            nodes.append(Atom(_BREAK, hard_break=True))
-        if line:
-            nodes.append(line)
-    return nodes
-
-
-class _Paragraph:
-    """A .docx paragraph: its runs and hyperlinks as a ``Unit`` (a hyperlink is an inline element, so its text is
-    translated inside the sentence and put back into the hyperlink)."""
-
-    def __init__(self, paragraph: Any) -> None:
-        from docx.text.hyperlink import Hyperlink
-
-        self.groups: list[list[Any]] = [[]]  # the runs (CT_R) before, between and after the hyperlinks
-        self.links: list[Any] = []  # the hyperlinks (CT_Hyperlink)
-        nodes: list[Node] = []
-        for part in paragraph.iter_inner_content():
-            if isinstance(part, Hyperlink):
-                text, n = part.text, len(self.links)
-                self.links.append(part._element)
-                self.groups.append([])
-                nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
-            else:
-                self.groups[-1].append(part.element)
-                nodes += _lines(part.text)
-        self.unit = Unit(nodes)
-
-    def write(self, translations: Sequence[str]) -> None:
-        from docx.oxml import OxmlElement
-
-        texts: dict[tuple[str, int], str] = {}
-        where, group = ("g", 0), 0
-        for token in re.split(r"(</?[kl]\d+>|<br>)", self.unit.render(translations, ())):
-            tag = re.fullmatch(r"<(/?)([kl])(\d+)>", token)
-            if token == _BREAK:  # written back as a w:br
-                texts[where] = texts.get(where, "") + "\n"
-            elif tag is None:
-                texts[where] = texts.get(where, "") + unescape(token, {})
-            elif tag.group(2) == "l" and not tag.group(1):
-                where = ("l", int(tag.group(3)))
-            else:  # past a hyperlink
-                group += 1
-                where = ("g", group)
-        for n, link in enumerate(self.links):
-            if link.text.strip():
-                self.put(link.r_lst, texts.get(("l", n), ""))
-        for g, runs in enumerate(self.groups):
-            text = texts.get(("g", g), "")
-            if not runs and text.strip():  # no run there: a new one, formatted as the paragraph's first run
-                run = OxmlElement("w:r")
-                template = next((r for rs in self.groups for r in rs), None)
-                if template is not None and template.rPr is not None:
-                    run.append(copy.deepcopy(template.rPr))
-                (self.links[g - 1].addnext if g else self.links[0].addprevious)(run)
-                runs = [run]
-            self.put(runs, text)
-
-    @staticmethod
-    def put(runs: list[Any], text: str) -> None:
-        """``text`` into the first of ``runs`` that had text (keeping its formatting); the others emptied."""
-        first = next((r for r in runs if r.text), runs[0] if runs else None)
-        for run in runs:
-            _clear_text(run)
-        if first is not None:
-            _add_text(first, text)
-
-
-def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
-    """Refuse (413) a .docx that holds over ``MAX_DOCX_PARTS`` files, would unpack to over ``DOCX_INFLATION *
-    max_bytes`` bytes (its zip directory says: the zip reader never gives more than a file declares), or whose XML
-    has over ``MAX_DOCX_ELEMENTS`` elements (counted as it streams, stopping there): python-docx unpacks and parses
-    all of it, and its time grows with the elements. A broken zip is a 400."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            files = archive.infolist()
-            if len(files) > MAX_DOCX_PARTS:
-                raise ApiError(413, f"{name} holds {len(files)} files, over the limit of {MAX_DOCX_PARTS} in a .docx")
-            size, limit = sum(info.file_size for info in files), DOCX_INFLATION * max_bytes
-            if size > limit:
-                raise ApiError(
-                    413,
-                    f"{name} unpacks to {size} bytes, over the limit of {limit} ({DOCX_INFLATION} x max_file_bytes)",
-                )
-            # every part python-docx may parse, whatever its name (it follows the package's relationships, which
-            # may point at word/document.bin; a binary part stops the parser at its first bytes), but not images:
-            # python-docx keeps those as bytes, and an SVG picture is XML of its own
-            counted = [info for info in files if not info.is_dir() and info.filename != CONTENT_TYPES]
-            types = next((info for info in files if info.filename == CONTENT_TYPES), None)
-            budget = _Budget(name)
-            images = _image_parts(archive, types, budget) if types is not None else set()
-            for info in counted:
-                if info.filename not in images:
-                    _count_elements(archive, info, budget)
-    except ApiError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a broken zip raises several types
-        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
-
-
-CONTENT_TYPES = "[Content_Types].xml"  # an OPC package's part types: by name (Override) or by ending (Default)
-
-
-class _Budget:
-    """The XML elements a .docx may hold (``MAX_DOCX_ELEMENTS``), spent as its parts are read; 413 past it."""
-
-    def __init__(self, name: str) -> None:
-        self.name, self.left = name, MAX_DOCX_ELEMENTS
-
-    def spend(self) -> None:
-        self.left -= 1
-        if self.left < 0:
-            raise ApiError(
-                413, f"{self.name} has over {MAX_DOCX_ELEMENTS} XML elements, the limit for a .docx: split it"
-            )
-
-
-def _count_elements(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget) -> list[Any]:
-    """Stream one part's XML, spending an element of ``budget`` for each; returns its elements with attributes that
-    say a part type (Default and Override, for the content types); nothing for what is not XML."""
-    typed: list[Any] = []
-    with archive.open(info) as part, contextlib.suppress(etree.XMLSyntaxError):  # (python-docx judges the XML)
-        for _, element in etree.iterparse(part, events=("end",), resolve_entities=False, no_network=True):
-            budget.spend()
-            if element.get("ContentType") is not None and len(typed) < MAX_DOCX_PARTS:
-                typed.append((element.get("Extension"), element.get("PartName"), element.get("ContentType")))
-    return typed
-
-
-def _image_parts(archive: zipfile.ZipFile, types: zipfile.ZipInfo, budget: _Budget) -> set[str]:
-    """The parts ``[Content_Types].xml`` types as images (image/*), by name or by their ending."""
-    entries = _count_elements(archive, types, budget)
-    by_ending = {ext.lower(): kind for ext, _, kind in entries if ext is not None}
-    by_name = {name.lstrip("/"): kind for _, name, kind in entries if name is not None}
-    names = [info.filename for info in archive.infolist()]
-    return {
-        n
-        for n in names
-        if by_name.get(n, by_ending.get(PurePath(n).suffix.lstrip(".").lower(), "")).startswith("image/")
-    }
-
-
-def _docx_problem(exc: Exception) -> str:
-    """What is wrong with a file that does not open as a .docx, in words a user can act on."""
-    if isinstance(exc, zipfile.BadZipFile):
-        return "it is not a zip archive, which every .docx is"
-    if isinstance(exc, KeyError):  # a part the package lists or python-docx needs is not in the archive
-        return "a part every Word document has (such as word/document.xml) is missing from it"
-    if isinstance(exc, etree.XMLSyntaxError):
-        return "the XML inside it is damaged"
-    return "it does not hold a Word document (save it again from a word processor as .docx)"
-
-
-_VISIBLE = etree.XPath(  # where a paragraph's (CT_P) text can be other than blank, as python-docx reads it
-    "(w:r | w:hyperlink/w:r)/*[self::w:t or self::w:noBreakHyphen]",
-    namespaces={"w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main"},
-)
-
-
-def _visible(paragraph: Any) -> bool:
-    """Whether a paragraph may have text: the many empty ones are passed over at the cost of one XPath query rather
-    than of python-docx's ``text``."""
-    return any(e.text is None or e.text.strip() for e in _VISIBLE(paragraph))
-
-
-def _docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Document:
-    import docx  # python-docx
-    from docx.oxml.ns import qn
-    from docx.text.paragraph import Paragraph
-
-    if max_bytes:
-        _check_zip(name, data, max_bytes)
-    try:
-        doc = docx.Document(io.BytesIO(data))
-    except Exception as exc:  # noqa: BLE001 - a broken zip or XML raises many types: all mean "not a .docx"
-        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
-    found, seen, size = [], set(), 0
-    cells = [cell for table in doc.tables for row in table.rows for cell in row.cells]
-    body = (Paragraph(p, doc._body) for p in doc.element.body.iterchildren(qn("w:p")) if _visible(p))  # =paragraphs
-    for paragraph in [*body, *(p for cell in cells for p in cell.paragraphs if _visible(p._p))]:
-        text = paragraph.text
-        if text.strip() and paragraph._p not in seen:  # a merged cell appears once per row it spans
-            seen.add(paragraph._p)
-            found.append(paragraph)
-            size += len(text)
-    if max_chars and size > MARKUP_ALLOWANCE * max_chars:  # before its sentences are cut
-        raise too_many_chars(name, size, max_chars)
-    paragraphs = [_Paragraph(paragraph) for paragraph in found]
-
-    def rebuild(translations: list[str]) -> bytes:
-        for paragraph, mine in zip(
-            paragraphs, _split([len(p.unit.sentences) for p in paragraphs], translations), strict=True
-        ):
-            paragraph.write(mine)
-        out = io.BytesIO()
-        doc.save(out)
-        return out.getvalue()
-
-    units = [s for p in paragraphs for s in p.unit.sentences]
-    return Document(units, rebuild, DOCX_TYPE, _plain(units))

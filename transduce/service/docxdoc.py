@@ -1,0 +1,287 @@
+""".docx for POST /translate_file (``documents.read_document``): each paragraph of the body, of its tables (nested
+ones too) and of its content controls, in document order; not those of text boxes, headers and footers. The text of
+the runs between hyperlinks goes into the first of those runs (which keeps its formatting), a hyperlink's text into the
+hyperlink, placed as in HTML; a line break inside a paragraph ends a sentence and stays where it was.
+
+The XML is walked with lxml's ``iterchildren``/``iter``, never with python-docx's XPath unions (``w:r | w:hyperlink``,
+``w:t | w:br | ...``) or its table model: libxml2 merges a union's node sets in time quadratic in a parent's children
+(30,000 pieces of text in one run: 11 s to read, 12 s to write back), and ``row.cells`` walks every vertically merged
+cell up to its first (500 merged rows: 8.8 s; about 1,000 a RecursionError) and repeats a spanning cell once per grid
+column it spans (``gridSpan="300000"``: 13 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import re
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import PurePath
+from typing import Any
+
+from lxml import etree
+
+from transduce.service.documents import (
+    DOCX_INFLATION,
+    DOCX_TYPE,
+    MARKUP_ALLOWANCE,
+    MAX_DOCX_ELEMENTS,
+    MAX_DOCX_PARTS,
+    Document,
+    plain_text,
+    split_counts,
+    too_many_chars,
+)
+from transduce.service.errors import ApiError
+from transduce.service.htmlnodes import Atom, Inline, Node, Tag
+from transduce.service.htmlunits import Unit
+from transduce.service.markdowndoc import unescape
+
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_P, _R, _HYPERLINK = f"{_W}p", f"{_W}r", f"{_W}hyperlink"
+_RUN_TEXT = tuple(f"{_W}{tag}" for tag in ("br", "cr", "noBreakHyphen", "ptab", "t", "tab"))  # python-docx's CT_R.text
+_SHOWN = (f"{_W}t", f"{_W}noBreakHyphen")  # where a run's text can be other than blank
+
+
+def _run_text(run: Any) -> str:
+    """A run's (CT_R) text as python-docx reads it (tabs and line breaks as characters), in one pass."""
+    return "".join(str(e) for e in run.iterchildren(*_RUN_TEXT))
+
+
+def _runs(part: Any) -> Iterator[Any]:
+    """The runs of a paragraph's part: a run itself, or a hyperlink's runs."""
+    return iter((part,)) if part.tag == _R else part.iterchildren(_R)
+
+
+def _text(part: Any) -> str:
+    """The text of a run, a hyperlink or a paragraph (its runs and hyperlinks), as python-docx reads it."""
+    parts = part.iterchildren(_R, _HYPERLINK) if part.tag == _P else (part,)
+    return "".join(_run_text(run) for p in parts for run in _runs(p))
+
+
+def _visible(paragraph: Any) -> bool:
+    """Whether a paragraph may have text: the many empty ones are passed over without reading their text."""
+    return any(
+        e.text is None or e.text.strip()
+        for part in paragraph.iterchildren(_R, _HYPERLINK)
+        for run in _runs(part)
+        for e in run.iterchildren(*_SHOWN)
+    )
+
+
+def _paragraphs(body: Any) -> Iterator[Any]:
+    """Every paragraph (CT_P) of the body in document order, those in tables and content controls included, but not
+    one inside another paragraph's run (a text box: its text is in the file twice, as a shape and as its fallback)."""
+    for paragraph in body.iter(_P):
+        if next(paragraph.iterancestors(_P), None) is None:
+            yield paragraph
+
+
+def _clear_text(run: Any) -> None:
+    """Remove a run's text (characters, tabs, line breaks), keeping its formatting, pictures and page breaks."""
+    for child in [c for c in run.iterchildren(*_RUN_TEXT) if str(c)]:
+        run.remove(child)
+
+
+def _add_text(run: Any, text: str) -> None:
+    for piece in re.split(r"(\t|\n)", text):
+        if piece == "\t":
+            run.add_tab()
+        elif piece == "\n":
+            run.add_br()
+        elif piece:
+            run.add_t(piece)
+
+
+_BREAK = "<br>"  # a line break inside a paragraph, as Unit.render gives it back
+
+
+def _lines(text: str) -> list[Node]:
+    """A run's text with each line break (w:br, w:cr) as an atom that ends the sentence and comes back as a break."""
+    nodes: list[Node] = []
+    for k, line in enumerate(text.split("\n")):
+        if k:
+            nodes.append(Atom(_BREAK, hard_break=True))
+        if line:
+            nodes.append(line)
+    return nodes
+
+
+class _Paragraph:
+    """A .docx paragraph: its runs and hyperlinks as a ``Unit`` (a hyperlink is an inline element, so its text is
+    translated inside the sentence and put back into the hyperlink)."""
+
+    def __init__(self, paragraph: Any) -> None:
+        self.groups: list[list[Any]] = [[]]  # the runs (CT_R) before, between and after the hyperlinks
+        self.links: list[Any] = []  # the hyperlinks (CT_Hyperlink)
+        nodes: list[Node] = []
+        for part in paragraph.iterchildren(_R, _HYPERLINK):
+            text = _text(part)
+            if part.tag == _HYPERLINK:
+                n = len(self.links)
+                self.links.append(part)
+                self.groups.append([])
+                nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
+            else:
+                self.groups[-1].append(part)
+                nodes += _lines(text)
+        self.unit = Unit(nodes)
+
+    def write(self, translations: Sequence[str]) -> None:
+        from docx.oxml import OxmlElement
+
+        texts: dict[tuple[str, int], str] = {}
+        where, group = ("g", 0), 0
+        for token in re.split(r"(</?[kl]\d+>|<br>)", self.unit.render(translations, ())):
+            tag = re.fullmatch(r"<(/?)([kl])(\d+)>", token)
+            if token == _BREAK:  # written back as a w:br
+                texts[where] = texts.get(where, "") + "\n"
+            elif tag is None:
+                texts[where] = texts.get(where, "") + unescape(token, {})
+            elif tag.group(2) == "l" and not tag.group(1):
+                where = ("l", int(tag.group(3)))
+            else:  # past a hyperlink
+                group += 1
+                where = ("g", group)
+        for n, link in enumerate(self.links):
+            if _text(link).strip():
+                self.put(list(link.iterchildren(_R)), texts.get(("l", n), ""))
+        for g, runs in enumerate(self.groups):
+            text = texts.get(("g", g), "")
+            if not runs and text.strip():  # no run there: a new one, formatted as the paragraph's first run
+                run = OxmlElement("w:r")
+                template = next((r for rs in self.groups for r in rs), None)
+                if template is not None and template.rPr is not None:
+                    run.append(copy.deepcopy(template.rPr))
+                (self.links[g - 1].addnext if g else self.links[0].addprevious)(run)
+                runs = [run]
+            self.put(runs, text)
+
+    @staticmethod
+    def put(runs: list[Any], text: str) -> None:
+        """``text`` into the first of ``runs`` that had text (keeping its formatting); the others emptied."""
+        first = next((r for r in runs if _run_text(r)), runs[0] if runs else None)
+        for run in runs:
+            _clear_text(run)
+        if first is not None:
+            _add_text(first, text)
+
+
+def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
+    """Refuse (413) a .docx that holds over ``MAX_DOCX_PARTS`` files, would unpack to over ``DOCX_INFLATION *
+    max_bytes`` bytes (its zip directory says: the zip reader never gives more than a file declares), or whose XML
+    has over ``MAX_DOCX_ELEMENTS`` elements (counted as it streams, stopping there): python-docx unpacks and parses
+    all of it, and its time grows with the elements. A broken zip is a 400."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            files = archive.infolist()
+            if len(files) > MAX_DOCX_PARTS:
+                raise ApiError(413, f"{name} holds {len(files)} files, over the limit of {MAX_DOCX_PARTS} in a .docx")
+            size, limit = sum(info.file_size for info in files), DOCX_INFLATION * max_bytes
+            if size > limit:
+                raise ApiError(
+                    413,
+                    f"{name} unpacks to {size} bytes, over the limit of {limit} ({DOCX_INFLATION} x max_file_bytes)",
+                )
+            # every part python-docx may parse, whatever its name (it follows the package's relationships, which
+            # may point at word/document.bin; a binary part stops the parser at its first bytes), but not images:
+            # python-docx keeps those as bytes, and an SVG picture is XML of its own
+            counted = [info for info in files if not info.is_dir() and info.filename != CONTENT_TYPES]
+            types = next((info for info in files if info.filename == CONTENT_TYPES), None)
+            budget = _Budget(name)
+            images = _image_parts(archive, types, budget) if types is not None else set()
+            for info in counted:
+                if info.filename not in images:
+                    _count_elements(archive, info, budget)
+    except ApiError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a broken zip raises several types
+        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
+
+
+CONTENT_TYPES = "[Content_Types].xml"  # an OPC package's part types: by name (Override) or by ending (Default)
+
+
+class _Budget:
+    """The XML elements a .docx may hold (``MAX_DOCX_ELEMENTS``), spent as its parts are read; 413 past it."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.left = name, MAX_DOCX_ELEMENTS
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ApiError(
+                413, f"{self.name} has over {MAX_DOCX_ELEMENTS} XML elements, the limit for a .docx: split it"
+            )
+
+
+def _count_elements(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget) -> list[Any]:
+    """Stream one part's XML, spending an element of ``budget`` for each; returns its elements with attributes that
+    say a part type (Default and Override, for the content types); nothing for what is not XML."""
+    typed: list[Any] = []
+    with archive.open(info) as part, contextlib.suppress(etree.XMLSyntaxError):  # (python-docx judges the XML)
+        for _, element in etree.iterparse(part, events=("end",), resolve_entities=False, no_network=True):
+            budget.spend()
+            if element.get("ContentType") is not None and len(typed) < MAX_DOCX_PARTS:
+                typed.append((element.get("Extension"), element.get("PartName"), element.get("ContentType")))
+    return typed
+
+
+def _image_parts(archive: zipfile.ZipFile, types: zipfile.ZipInfo, budget: _Budget) -> set[str]:
+    """The parts ``[Content_Types].xml`` types as images (image/*), by name or by their ending."""
+    entries = _count_elements(archive, types, budget)
+    by_ending = {ext.lower(): kind for ext, _, kind in entries if ext is not None}
+    by_name = {name.lstrip("/"): kind for _, name, kind in entries if name is not None}
+    names = [info.filename for info in archive.infolist()]
+    return {
+        n
+        for n in names
+        if by_name.get(n, by_ending.get(PurePath(n).suffix.lstrip(".").lower(), "")).startswith("image/")
+    }
+
+
+def _docx_problem(exc: Exception) -> str:
+    """What is wrong with a file that does not open as a .docx, in words a user can act on."""
+    if isinstance(exc, zipfile.BadZipFile):
+        return "it is not a zip archive, which every .docx is"
+    if isinstance(exc, KeyError):  # a part the package lists or python-docx needs is not in the archive
+        return "a part every Word document has (such as word/document.xml) is missing from it"
+    if isinstance(exc, etree.XMLSyntaxError):
+        return "the XML inside it is damaged"
+    return "it does not hold a Word document (save it again from a word processor as .docx)"
+
+
+def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Document:
+    """A .docx's paragraphs as units (with limits: ``_check_zip`` first, then the characters of text)."""
+    import docx  # python-docx
+
+    if max_bytes:
+        _check_zip(name, data, max_bytes)
+    try:
+        doc = docx.Document(io.BytesIO(data))
+    except Exception as exc:  # noqa: BLE001 - a broken zip or XML raises many types: all mean "not a .docx"
+        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
+    found, size = [], 0
+    for paragraph in _paragraphs(doc.element.body):
+        text = _text(paragraph) if _visible(paragraph) else ""
+        if text.strip():
+            found.append(paragraph)
+            size += len(text)
+    if max_chars and size > MARKUP_ALLOWANCE * max_chars:  # before its sentences are cut
+        raise too_many_chars(name, size, max_chars)
+    paragraphs = [_Paragraph(paragraph) for paragraph in found]
+
+    def rebuild(translations: list[str]) -> bytes:
+        for paragraph, mine in zip(
+            paragraphs, split_counts([len(p.unit.sentences) for p in paragraphs], translations), strict=True
+        ):
+            paragraph.write(mine)
+        out = io.BytesIO()
+        doc.save(out)
+        return out.getvalue()
+
+    units = [s for p in paragraphs for s in p.unit.sentences]
+    return Document(units, rebuild, DOCX_TYPE, plain_text(units))
