@@ -109,3 +109,18 @@ def test_split_long_cuts_at_clause_marks_then_spaces() -> None:
     assert parts[0] == "one two three four, "  # the comma, not the fifth word
     assert split_long("x" * 25, lambda t: len(t) <= 10) == ["x" * 10, "x" * 10, "x" * 5]  # one long word: by length
     assert split_long("fits", lambda t: True) == ["fits"] and split_long("", lambda t: False) == []
+
+
+def test_split_long_probes_short_prefixes_first() -> None:
+    """Each probe of ``fits`` costs its prefix's length (a tokenizer runs over it): bisecting from the whole rest
+    probed half of a 40,000-character line for every part cut off it, quadratic in the line."""
+    text = " ".join(f"w{i % 10}" for i in range(10_000))
+    probed: list[int] = []
+
+    def fits(prefix: str) -> bool:
+        probed.append(len(prefix))
+        return len(prefix.split()) <= 10
+
+    parts = split_long(text, fits)
+    assert "".join(parts) == text and all(len(p.split()) <= 10 for p in parts)
+    assert sum(probed) < 20 * len(text)  # about 8 times here; probing the rest, then half of it: 564 times

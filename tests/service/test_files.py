@@ -8,6 +8,7 @@ import asyncio
 import io
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -179,6 +180,31 @@ async def test_a_sentence_over_the_token_limit_is_translated_in_parts_not_refuse
     assert " ".join(words) == " ".join(text.split())  # every word sent once, in order: nothing dropped
     assert "This first clause is long," in sent  # cut after the comma
     assert got.text.split("\n")[1] == fake_translation("Next line.")
+
+
+class CountsWhere(FakeTranslator):
+    """The fake, recording the thread each text was counted on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted: dict[str, int] = {}
+
+    def count_tokens(self, text: str) -> int:
+        self.counted[text] = threading.get_ident()
+        return super().count_tokens(text)
+
+
+async def test_a_files_pieces_are_cut_off_the_event_loop() -> None:
+    """Cutting a file's long sentences to the limits tokenizes and masks prefix after prefix (seconds for a file of
+    long lines of characters the model cannot spell), which held every other request on the event loop."""
+    long = " ".join(f"word{i}" for i in range(300)) + "."
+    fake = CountsWhere()
+    async with serve(fake, max_sentence_tokens=50) as (client, _):
+        loop_thread = threading.get_ident()
+        got = await fetch(client, await upload(client, "long.txt", long.encode()))
+    assert sorted(got.text.split()) == sorted(w.upper() for w in long.split())  # every word back, once
+    assert fake.counted[long] != loop_thread  # the whole sentence, counted where its pieces were cut
+    assert all(fake.count_tokens(s) <= 50 for call in fake.calls[1:] for s in call)
 
 
 def zipped(members: dict[str, bytes]) -> bytes:

@@ -129,7 +129,8 @@ async def translate_units(
         sentences = mask_text(text, (), kept_as_written(runs)).sentences if runs else [text]
         return all(written_tokens(s, count) <= settings.max_sentence_tokens for s in sentences)
 
-    pieces = _pieces(units, settings.max_chars, fits, most)
+    # in a thread: a file's 100,000 characters of long lines took seconds of tokenizing and masking
+    pieces = await asyncio.to_thread(_pieces, units, settings.max_chars, fits, most)
     out = [""] * len(units)
     queue_ms = inference_ms = 0.0
     start = 0
