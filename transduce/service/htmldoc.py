@@ -82,22 +82,27 @@ def _translate_no(node: LexborNode) -> bool:
     return (attrs.get("translate") or "").strip().lower() == "no" or "notranslate" in (attrs.get("class") or "").split()
 
 
-def _is_inline(node: LexborNode) -> bool:
-    """Phrasing content all the way down (an inline element holding a block is laid out as a block)."""
-    name = node.tag or ""
-    if name in KEPT_INLINE or name in VOID_INLINE:
-        return True
-    if name not in INLINE:
-        return False
-    stack = children(node)
+def _is_inline(node: LexborNode, known: dict[int, bool]) -> bool:
+    """Phrasing content all the way down (an inline element holding a block is laid out as a block). Every element's
+    answer is kept in ``known`` (by Lexbor's node address, for one parse): asked again at each level of nesting, the
+    walk down each subtree was quadratic (127 nested inline elements over 200,000 characters: 6 s)."""
+    stack = [(node, False)]
     while stack:
-        child = stack.pop()
-        if not child.is_element_node or child.tag in KEPT_INLINE or child.tag in VOID_INLINE:
+        element, seen = stack.pop()
+        key = element.mem_id
+        if key in known:
             continue
-        if child.tag not in INLINE:
-            return False
-        stack += children(child)
-    return True
+        name = element.tag or ""
+        if name in KEPT_INLINE or name in VOID_INLINE or name not in INLINE:
+            known[key] = name in KEPT_INLINE or name in VOID_INLINE
+            continue
+        inner = [child for child in children(element) if child.is_element_node]
+        if seen:  # (its element children all known by now)
+            known[key] = all(known[child.mem_id] for child in inner)
+        else:
+            stack.append((element, True))
+            stack += ((child, False) for child in inner)
+    return known[node.mem_id]
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,7 @@ class _Builder:
         self.slots: list[Unit | _AttrText] = []
         self.run: list[Node] = []  # the inline content since the last block boundary
         self.attributes = 0  # translated attributes so far (``AttrSlot``'s index)
+        self.phrasing: dict[int, bool] = {}  # which elements are inline (``_is_inline``)
 
     def item(self) -> HtmlItem:
         self.flush()
@@ -219,7 +225,7 @@ class _Builder:
         if depth > MAX_DEPTH:
             raise ApiError(400, f"q nests HTML elements more than {MAX_DEPTH} deep: send it with less nesting")
         for child in children(node):
-            if child.is_element_node and not _is_inline(child):
+            if child.is_element_node and not _is_inline(child, self.phrasing):
                 self.flush()
                 self.block(child, depth + 1)
             else:
@@ -350,7 +356,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
     if utf8:
         _declare_utf8(parser)
     for node in fragment_nodes(parser):
-        if node.is_element_node and not _is_inline(node):
+        if node.is_element_node and not _is_inline(node, builder.phrasing):
             builder.flush()
             builder.block(node, 1)
         else:
