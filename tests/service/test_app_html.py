@@ -250,15 +250,16 @@ async def test_entities_stay_valid_html_and_whitespace_between_blocks_is_kept() 
 async def test_line_breaks_end_sentences_and_a_whole_document_comes_back_as_one() -> None:
     fake = FakeTranslator()
     document = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>My page</title></head>'
-        "<body><p>First line<br>second line</p></body></html>"
+        '\n<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>My page</title></head>'
+        "<body><p>First line<br>second line</p></body></html>\n"
     )
     async with serve(fake) as (client, _):
-        out = await translate(client, [document, "plain text, no tags"])
-    assert out == [
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>PAGE MY</title></head>'
-        "<body><p>LINE FIRST<br>LINE SECOND</p></body></html>",
+        out = await translate(client, [document, "plain text, no tags", '<body class="a"><p>Only a body.</p></body>'])
+    assert out == [  # the blanks before the doctype, after it and after </html> as written (a parser drops them)
+        '\n<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>PAGE MY</title></head>'
+        "<body><p>LINE FIRST<br>LINE SECOND</p></body></html>\n",
         "TAGS NO TEXT, PLAIN",
+        '<body class="a"><p>BODY. A ONLY</p></body>',  # a document too: its body tag kept, nothing added
     ]
 
 

@@ -66,7 +66,10 @@ TRANSLATED_ATTRIBUTES = frozenset(("title", "alt", "placeholder", "aria-label"))
 # a mention, hashtag, URL or e-mail address (an address's name holds no "@": with "\S+@" every "@" of a text without
 # spaces was tried against every ".", and nested elements test the same text again: 29 s for one 5,000-character q)
 _HANDLE = re.compile(r"[@#]\S+|(?:https?://|www\.)\S+|[^\s@]+@\S+\.\w+")
-_DOCUMENT = re.compile(rf"{LEADING}<(?:!doctype|html[\s>/])", re.IGNORECASE | re.DOTALL)
+_DOCUMENT = re.compile(rf"{LEADING}<(?:!doctype|(?:html|head|body)[\s>/])", re.IGNORECASE | re.DOTALL)
+_BLANKS = "\t\n\f\r "  # HTML's whitespace
+_LAST_TAG = re.compile(r"</(?:body|html)[\t\n\f\r ]*>\Z", re.IGNORECASE)  # where blanks after it are the file's own
+_LAST_TAG_LENGTH = 64  # characters at a document's end that _LAST_TAG reads
 _DOCTYPE = re.compile(rf"{LEADING}(<!doctype\b[^>]*>)", re.IGNORECASE | re.DOTALL)  # up to its first >
 _XML_PROLOG = re.compile(r"\s*<\?xml\b[^>]*\?>\s*", re.IGNORECASE)  # an XHTML file's first line: kept as written
 # the HTML parser drops a newline right after these start tags, and Lexbor's serialiser does not write the one the
@@ -323,7 +326,8 @@ def _fragment_parser(text: str) -> LexborHTMLParser:
 
 
 def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
-    """Parse ``text`` (a fragment, or a document when it starts with a doctype or ``<html>``) into an ``HtmlItem``;
+    """Parse ``text`` (a fragment, or a document when it starts with a doctype, ``<html>``, ``<head>`` or ``<body>``)
+    into an ``HtmlItem``;
     ApiError 400 when it nests deeper than ``MAX_DEPTH``. ``utf8``: the result is a file written as UTF-8, so its
     ``<meta>`` charset and XML declaration say so (an ASCII page declaring windows-1252 came back as mojibake)."""
     if text.endswith("<!"):
@@ -338,6 +342,13 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
         builder.parts.append(kept)  # an HTML parser reads it as a comment ("<!--?xml ...?-->")
         text = text[prolog.end() :]
     if _DOCUMENT.match(text):
+        # blanks before the first tag and after </body> or </html>, as written: a parser drops the first and moves the
+        # others into the body (a file ending "</html>\n" came back ending "\n</body></html>")
+        lead = text[: len(text) - len(text.lstrip(_BLANKS))]
+        body = text.rstrip(_BLANKS)
+        trail = text[len(body) :] if _LAST_TAG.search(body[-_LAST_TAG_LENGTH:]) else ""
+        text = text[len(lead) : len(text) - len(trail)]
+        builder.parts.append(lead)
         parser = LexborHTMLParser(text, scripting=True)  # as browsers that run scripts: <noscript> is raw text
         if utf8:
             _declare_utf8(parser)
@@ -349,8 +360,12 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
                 builder.block(node, 1)
             elif node.tag == "-doctype" and doctype is not None:  # as written: Lexbor writes <!DOCTYPE html> for any,
                 builder.parts.append(doctype.group(1))  # and a page's public id decides its quirks mode
+                after = text[doctype.end(1) :]
+                builder.parts.append(after[: len(after) - len(after.lstrip(_BLANKS))])  # its line end, as written
             else:
                 builder.parts.append(outer_html(node))
+        builder.flush()
+        builder.parts.append(trail)
         return builder.item()
     parser = _fragment_parser(text)
     if utf8:
