@@ -124,3 +124,16 @@ def test_split_long_probes_short_prefixes_first() -> None:
     parts = split_long(text, fits)
     assert "".join(parts) == text and all(len(p.split()) <= 10 for p in parts)
     assert sum(probed) < 20 * len(text)  # about 8 times here; probing the rest, then half of it: 564 times
+
+
+def test_split_long_probes_a_sentence_that_fits_once() -> None:
+    """Most sentences fit: one probe of the whole, not a climb to it (which also cut a sentence whose start alone
+    counted more tokens than the whole, as a prefix cut inside a word can)."""
+    probed: list[int] = []
+
+    def fits(text: str) -> bool:
+        probed.append(len(text))
+        return len(text) > 100 or len(text) < 64  # not monotone: a 64- to 100-character prefix "does not fit"
+
+    sentence = "word " * 40
+    assert split_long(sentence, fits) == [sentence] and probed == [200]

@@ -152,6 +152,59 @@ async def test_a_docx_file_translates_nested_tables_and_content_controls_in_docu
     assert result.paragraphs[-2].text == "BOX. A HAS"
 
 
+async def test_a_docx_leaves_alone_what_word_fills_itself() -> None:
+    """Paragraphs Word fills itself are not translated: a table of contents (as text, its page numbers would be the
+    model's and its fields emptied), a content control bound to data or showing its placeholder, an older reader's
+    fallback (mc:Fallback, the text again), and a cell a cell above merges into (not shown)."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+    from lxml import etree
+
+    document = docx.Document()
+
+    def control(text: str, *settings: str) -> None:
+        sdt, properties, content = OxmlElement("w:sdt"), OxmlElement("w:sdtPr"), OxmlElement("w:sdtContent")
+        for setting in settings:
+            name, _, value = setting.partition("=")
+            element = OxmlElement(name)
+            if value:
+                element.set(qn("w:val"), value)
+            properties.append(element)
+        paragraph = document.add_paragraph(text)
+        paragraph._p.addprevious(sdt)
+        sdt.extend([properties, content])
+        content.append(paragraph._p)
+
+    document.add_paragraph("Translated one.")
+    control("Introduction 3", "w:docPartObj")
+    gallery = OxmlElement("w:docPartGallery")
+    gallery.set(qn("w:val"), "Table of Contents")
+    document.element.body.findall(f".//{qn('w:docPartObj')}")[-1].append(gallery)
+    control("Bound text", "w:dataBinding")
+    control("Click here to enter text.", "w:showingPlcHdr")
+    control("Translated two.", "w:alias=Note")
+    mc = "http://schemas.openxmlformats.org/markup-compatibility/2006"
+    alternate = etree.SubElement(document.element.body, f"{{{mc}}}AlternateContent")
+    choice, fallback = etree.SubElement(alternate, f"{{{mc}}}Choice"), etree.SubElement(alternate, f"{{{mc}}}Fallback")
+    choice.set("Requires", "w14")
+    choice.append(document.add_paragraph("Translated three.")._p)
+    fallback.append(document.add_paragraph("Fallback text")._p)
+    document.element.body.append(document.element.body.find(qn("w:sectPr")))  # the section's properties come last
+    table = document.add_table(rows=2, cols=1)
+    table.cell(0, 0).text, table.cell(1, 0).text = "Translated four.", "Hidden below"
+    for row, value in ((0, "restart"), (1, "")):
+        merge = OxmlElement("w:vMerge")
+        if value:
+            merge.set(qn("w:val"), value)
+        table.cell(row, 0)._tc.get_or_add_tcPr().append(merge)
+    data = io.BytesIO()
+    document.save(data)
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        await fetch(client, await upload(client, "filled.docx", data.getvalue()))
+    assert fake.translated[1:] == ["Translated one.", "Translated two.", "Translated three.", "Translated four."]
+
+
 async def test_long_files_are_sent_in_requests_within_the_limits() -> None:
     lines = [f"Line number {i}. It has two sentences." for i in range(30)] + ["A long one. " * 12]
     fake = FakeTranslator()

@@ -120,6 +120,8 @@ def split_long(sentence: str, fits: Callable[[str], bool]) -> list[str]:
     ``sentence``. A part ends after the last clause mark (, ; : ) or a spaced dash) in the second half of the longest
     prefix that fits, else at its last space, else (one long word) where it stops fitting; each part keeps the
     whitespace that follows it."""
+    if not sentence or fits(sentence):  # (most do: one probe)
+        return [sentence] if sentence else []
     parts: list[str] = []
     rest = sentence
     while rest:

@@ -1,7 +1,8 @@
-""".docx for POST /translate_file (``documents.read_document``): each paragraph of the body, of its tables (nested
-ones too) and of its content controls, in document order; not those of text boxes, headers and footers. The text of
-the runs between hyperlinks goes into the first of those runs (which keeps its formatting), a hyperlink's text into the
-hyperlink, placed as in HTML; a line break inside a paragraph ends a sentence and stays where it was.
+""".docx for POST /translate_file (``documents.read_document``): each paragraph of the body, of its tables (nested ones
+too) and of its content controls, in document order; not those of text boxes, headers and footers, nor those Word
+fills itself (``_left_alone``). The text of the runs between hyperlinks goes into the first of those runs (which keeps
+its formatting), a hyperlink's text into the hyperlink, placed as in HTML; a line break inside a paragraph ends a
+sentence and stays where it was.
 
 The XML is walked with lxml's ``iterchildren``/``iter``, never with python-docx's XPath unions (``w:r | w:hyperlink``,
 ``w:t | w:br | ...``) or its table model: libxml2 merges a union's node sets in time quadratic in a parent's children
@@ -73,10 +74,37 @@ def _visible(paragraph: Any) -> bool:
 
 def _paragraphs(body: Any) -> Iterator[Any]:
     """Every paragraph (CT_P) of the body in document order, those in tables and content controls included, but not
-    one inside another paragraph's run (a text box: its text is in the file twice, as a shape and as its fallback)."""
+    those ``_left_alone``."""
     for paragraph in body.iter(_P):
-        if next(paragraph.iterancestors(_P), None) is None:
+        if not any(map(_left_alone, paragraph.iterancestors())):
             yield paragraph
+
+
+_MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
+_GENERATED = ("table of contents", "bibliograph")  # building blocks (w:docPartGallery) Word fills from fields
+_FILLED = (f"{_W}dataBinding", f"{_W}showingPlcHdr")  # a control Word fills from data, or showing its placeholder
+
+
+def _left_alone(holder: Any) -> bool:
+    """Whether a paragraph inside ``holder`` is left as it is: inside another paragraph's run (a text box: its text
+    is in the file twice, as a shape and as its fallback), an older reader's fallback (mc:Fallback), the cell a cell
+    above merges into (w:vMerge, not shown), or a content control that Word fills: a table of contents or
+    bibliography (field results: as text, their page numbers would be the model's), one bound to data (filled
+    again from it), one showing its placeholder text."""
+    tag = holder.tag
+    if tag in (_P, _MC_FALLBACK):
+        return True
+    if tag == f"{_W}tc":
+        merge = holder.find(f"{_W}tcPr/{_W}vMerge")
+        return merge is not None and merge.get(f"{_W}val", "continue") == "continue"
+    if tag == f"{_W}sdt":
+        properties = holder.find(f"{_W}sdtPr")
+        if properties is None:
+            return False
+        gallery = properties.find(f"{_W}docPartObj/{_W}docPartGallery")
+        kind = (gallery.get(f"{_W}val") or "").lower() if gallery is not None else ""
+        return any(properties.find(t) is not None for t in _FILLED) or any(g in kind for g in _GENERATED)
+    return False
 
 
 def _clear_text(run: Any) -> None:

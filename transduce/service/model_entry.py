@@ -69,9 +69,11 @@ class ModelEntry:
 
     def count_tokens(self, text: str) -> int:
         """Source tokens of ``text`` for this model (its tokenizer alone when the model is not loaded; 0 when even
-        that cannot be read: the load will then fail and report why)."""
-        if self.translator is not None:
-            return self.translator.count_tokens(text)
+        that cannot be read: the load will then fail and report why). Also called from a thread (a file's pieces
+        are cut in one), while the event loop may unload the model: the translator is read once."""
+        translator = self.translator
+        if translator is not None:
+            return translator.count_tokens(text)
         if self.tokenizer is None and self.spec.manifest is not None:
             m = self.spec.manifest
             try:

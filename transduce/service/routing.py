@@ -114,8 +114,9 @@ class RoutingTranslator:
 
     def count_tokens(self, text: str) -> int:
         """The most tokens any loaded model (else the first servable one) counts for ``text``: an upper bound, for
-        callers that do not say the pair (cutting a file into pieces)."""
-        entries = self.pool.loaded() or [e for e in self.pool.entries.values() if e.state != "failed"][:1]
+        callers that do not say the pair (cutting a file into pieces, in a thread: the pool's entries are copied at
+        once, as the event loop may change them)."""
+        entries = self.pool.loaded() or [e for e in list(self.pool.entries.values()) if e.state != "failed"][:1]
         return max((e.count_tokens(text) for e in entries), default=len(text.split()) + 2)
 
     def counter_for(self, source: str, target: str) -> tuple[Callable[[str], int], int]:
