@@ -105,6 +105,21 @@ async def test_language_codes_in_any_case_are_the_servers_own() -> None:
     assert fake.translated[1:] == ["Hello world."]
 
 
+async def test_a_form_of_many_fields_is_read_in_linear_time() -> None:
+    """Each field's values were gathered by scanning every pair of the form, on the event loop: a 130 KB form body of
+    20,000 names held every request for 8.8 s (a 1 MB one: minutes)."""
+    import time
+
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    body = "q=hi&source=en&target=de&" + "&".join(f"k{i}" for i in range(20_000)) + "&target=en&q=there"
+    async with serve(FakeTranslator()) as (client, _):
+        started = time.perf_counter()
+        r = await client.post("/translate", content=body.encode(), headers=form)
+        elapsed = time.perf_counter() - started
+    assert r.status_code == 200 and r.json() == {"translatedText": ["HI", "THERE"]}, r.text  # q twice; target once
+    assert elapsed < 3  # 0.15 s here
+
+
 async def test_form_bodies_and_query_strings_are_read_as_utf8() -> None:
     """Raw UTF-8 in a form body (`curl -d 'q=schöne Grüße'`) and percent-escaped UTF-8 read the same; another charset
     is honoured when the Content-Type names it; bytes that are not text in it are a 422, never dropped or garbled."""

@@ -132,7 +132,11 @@ def _form_fields(form: FormData) -> dict[str, Any]:
     """A form's (or a query string's) fields as the JSON body would hold them: q one text or a list (q sent several
     times), any other field sent several times its first value, files left out (as LibreTranslate's werkzeug reads a
     form), the glossary parsed from its JSON text, numbers from their digits."""
-    texts = {k: [v for v in form.getlist(k) if isinstance(v, str)] for k in form}
+    texts: dict[str, list[str]] = {}  # in one pass: getlist() per key scans every pair (20,000 keys: 8.8 s)
+    for key, value in form.multi_items():
+        values = texts.setdefault(key, [])
+        if isinstance(value, str):
+            values.append(value)
     data: dict[str, Any] = {k: values[0] for k, values in texts.items() if values and k != "q"}
     qs = texts.get("q", [])
     if qs:
