@@ -32,6 +32,7 @@ MARKUP_ALLOWANCE = 2  # a text file may hold this many times max_file_chars befo
 DOCX_INFLATION = 20  # a .docx may unpack to this many times max_file_bytes
 MAX_DOCX_PARTS = 5_000  # files in a .docx's zip (a real document holds tens, a few hundred with many pictures)
 MAX_DOCX_ELEMENTS = 200_000  # XML elements in a .docx (a 30-page document holds tens of thousands)
+MAX_DOCX_ATTRIBUTES = 1_000_000  # XML attributes in a .docx, namespace declarations included (about 1.5 per element)
 
 
 @dataclass
