@@ -5,12 +5,15 @@ expiry, API keys."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +367,44 @@ async def test_translated_files_expire_and_unknown_ones_are_404(tmp_path: Path) 
         assert app.state.transduce.files.purge() == 1 and [p.name for p in tmp_path.iterdir()] == ["not-ours"]
         for path in ("/download_file/" + "0" * 32 + "/a.txt", "/download_file/../../etc/passwd", "/download_file/x/y"):
             assert (await client.get(path)).status_code == 404
+
+
+async def test_the_store_of_translated_files_is_bounded_and_a_full_disk_is_a_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Translated files wait for their download for file_ttl_s, with no bound on their count or bytes: a client
+    sending 2 MB files translated into their own language (stored as they came, no decoding) filled 40 MB in 1.7 s.
+    Past max_stored_bytes or max_stored_files a file is a 503 with Retry-After (before the translation when the
+    upload alone would not fit), and so is a full disk, where the translation was lost in a 500."""
+    fake = FakeTranslator()
+    async with serve(fake, files_dir=str(tmp_path), max_stored_bytes=100, max_stored_files=2) as (client, app):
+        assert (await upload(client, "a.txt", b"One two three.")).status_code == 200
+        big = await upload(client, "b.txt", b"x" * 90)
+        assert big.status_code == 503 and 0 < int(big.headers["Retry-After"]) <= 600
+        assert big.json()["error"].startswith("server busy: translated files waiting to be downloaded fill the store")
+        assert "100 bytes (max_stored_bytes)" in big.json()["error"]
+        assert len(fake.calls) == 2  # the canary and a.txt: b.txt was refused before it was translated
+        assert (await upload(client, "c.txt", b"Four.")).status_code == 200
+        third = await upload(client, "d.txt", b"Five.")
+        assert third.status_code == 503 and "2 (max_stored_files)" in third.json()["error"]
+        store = app.state.transduce.files
+        store.max_files = 0
+
+        def no_space(self: Path, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(Path, "write_bytes", no_space)
+        full = await upload(client, "e.txt", b"Six.")
+        assert full.status_code == 503 and full.json() == {
+            "error": "no disk space left for the translated file: retry later"
+        }
+        assert full.headers["Retry-After"] == "60"
+        monkeypatch.setattr(tempfile.SpooledTemporaryFile, "rollover", partial(no_space, Path(), b""))
+        spooled = await upload(client, "f.txt", b"Seven. " * 200_000)  # over 1 MB: the upload goes to the disk
+        assert spooled.status_code == 503 and "no disk space left to receive the file" in spooled.json()["error"]
+    assert sorted(len(list(folder.iterdir())) for folder in tmp_path.iterdir()) == [1, 1]  # a.txt and c.txt alone
+    with pytest.raises(ValueError, match="must be >= 0"):
+        IsolatedSettings(max_stored_files=-1)
 
 
 def test_reading_documents_directly() -> None:

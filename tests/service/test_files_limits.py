@@ -3,9 +3,12 @@ runs and queue limits (the fake translator reverses and upper-cases the words of
 
 from __future__ import annotations
 
+import errno
 import gc
 import io
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docx
@@ -15,7 +18,7 @@ from tests.service.harness import FakeTranslator, serve
 from tests.service.test_files import fetch, make_docx, upload
 from transduce.service.documents import read_document
 from transduce.service.errors import ApiError
-from transduce.service.filestore import FileStore
+from transduce.service.filestore import FileStore, StoreFullError
 from transduce.service.routers.files import _pieces
 
 pytestmark = pytest.mark.anyio
@@ -148,15 +151,22 @@ async def test_a_long_file_name_is_cut_and_a_failed_save_leaves_nothing(
         got = await fetch(client, r)
     assert r.json()["translatedFileUrl"].endswith("/" + "x" * 150 + ".de.txt")  # MAX_STEM bytes
     assert got.text == "WORLD. HELLO"
-    store = FileStore(tmp_path / "store", ttl_s=60)
+    store = FileStore(tmp_path / "store", ttl_s=60, max_files=1)
 
-    def full(self: Path, data: bytes) -> int:
-        raise OSError(28, "No space left on device")
+    def failing(error: int) -> Callable[[Path, bytes], int]:
+        def write(self: Path, data: bytes) -> int:
+            raise OSError(error, os.strerror(error))
 
-    monkeypatch.setattr(Path, "write_bytes", full)
-    with pytest.raises(OSError, match="No space left"):
+        return write
+
+    monkeypatch.setattr(Path, "write_bytes", failing(errno.ENOSPC))
+    with pytest.raises(StoreFullError, match="no disk space left"):  # the service's 503
+        store.save("a.de.txt", b"data")
+    monkeypatch.setattr(Path, "write_bytes", failing(errno.EACCES))
+    with pytest.raises(PermissionError):  # not the disk's room: as it is (a 500, logged)
         store.save("a.de.txt", b"data")
     assert not list((tmp_path / "store").iterdir())  # no empty folder left behind
+    store.check_room(4)  # and the room each took is free again (max_files=1)
 
 
 async def test_a_long_run_of_whitespace_is_sent_in_pieces_within_max_chars() -> None:

@@ -122,6 +122,14 @@ class Settings(BaseSettings):
         100_000, description="characters of text in a file sent to /translate_file (the page limit); beyond it: 413"
     )
     file_ttl_s: float = Field(600.0, description="seconds a translated file can be downloaded before it is deleted")
+    max_stored_bytes: int = Field(
+        500_000_000,
+        description="bytes of translated files waiting to be downloaded (this server's); beyond: 503 + Retry-After; "
+        "0 = no limit",
+    )
+    max_stored_files: int = Field(
+        10_000, description="translated files waiting to be downloaded; beyond: 503 + Retry-After; 0 = no limit"
+    )
     files_dir: str | None = Field(None, description="where translated files wait (default: the system's temp dir)")
     public_url: str = Field(
         "",
@@ -189,6 +197,8 @@ class Settings(BaseSettings):
         "memory_budget_mb",
         "engine_replicas",
         "max_tokens_in_flight",
+        "max_stored_bytes",
+        "max_stored_files",
     )
     @classmethod
     def _not_negative(cls, value: float) -> float:

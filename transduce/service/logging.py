@@ -13,7 +13,9 @@ from typing import Any
 
 ACCESS_LOGGER = "transduce.access"  # one line per POST /translate, fields in ``extra={"fields": {...}}``
 THROTTLE_KEY = "throttle"  # ``extra={"throttle": "some-kind"}`` puts a record under the LogThrottle
-RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})  # out of descriptors/memory
+RESOURCE_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ENOSPC, errno.EDQUOT}
+)  # out of descriptors, memory or disk
 # what uvicorn logs for every malformed request: a client could fill the log with it
 CLIENT_NOISE = frozenset({("uvicorn.error", "Invalid HTTP request received.")})
 # loggers that warn once per malformed request body (the multipart parser Starlette uses: "Expected boundary ...")

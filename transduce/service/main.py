@@ -216,7 +216,15 @@ def create_app(
     )
     files_dir = Path(settings.files_dir) if settings.files_dir else Path(tempfile.gettempdir()) / "transduce-files"
     state = AppState(
-        settings, translator_factory or load_translator, Metrics(), FileStore(files_dir, settings.file_ttl_s)
+        settings,
+        translator_factory or load_translator,
+        Metrics(),
+        FileStore(
+            files_dir,
+            settings.file_ttl_s,
+            max_bytes=settings.max_stored_bytes,
+            max_files=settings.max_stored_files,
+        ),
     )
     state.reload_on_sighup = reload_on_sighup
     if settings.models:

@@ -32,7 +32,7 @@ from transduce.service.deps import StateDep, check_api_key, get_pipeline
 from transduce.service.detect import MAX_DETECT_CHARS, get_detector
 from transduce.service.documents import MEDIA_TYPES, Document, read_document, too_many_chars
 from transduce.service.errors import ApiError
-from transduce.service.filestore import ascii_name
+from transduce.service.filestore import StoreFullError, ascii_name, disk_full
 from transduce.service.glossary import mask_text
 from transduce.service.observability import RequestTiming
 from transduce.service.request_body import content_type
@@ -226,6 +226,8 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
     except (ApiError, ClientDisconnect):
         raise
     except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
+        if disk_full(exc):  # an upload over 1 MB is spooled to the temp dir
+            raise ApiError(503, "no disk space left to receive the file: retry later", {"Retry-After": "60"}) from None
         raise ApiError(422, f"the multipart body cannot be read: {_form_problem(exc)}") from None
     if params.get("boundary") and not ending.seen:  # the parser keeps what came before, silently
         await form.close()
@@ -292,6 +294,7 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
         raise ApiError(422, "source and target: name both languages (source may be 'auto')")
     source, target = known_case(get_pipeline(state).translator, source, target)  # EN is en, AUTO is auto
     name = upload.filename
+    _room_for(state, len(data))  # its translation is about as large: refused now rather than after the work
     document = await asyncio.to_thread(  # too much text, or a .docx unpacking too far: refused before it is parsed
         read_document, name, data, max_chars=settings.max_file_chars, max_bytes=settings.max_file_bytes
     )
@@ -312,10 +315,25 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     state.window.add_request(timing)
     state.metrics.characters.inc(chars)  # translated: not those of a file refused, expired or left
     path = PurePath(name)
-    file_id, stored = await asyncio.to_thread(state.files.save, f"{path.stem}.{target}{path.suffix}", translated)
+    try:
+        file_id, stored = await asyncio.to_thread(state.files.save, f"{path.stem}.{target}{path.suffix}", translated)
+    except StoreFullError as exc:
+        raise _store_full(exc) from None
     base = settings.public_url or str(request.base_url).rstrip("/")  # not the Host header, when it is set
     url = f"{base}/download_file/{file_id}/{quote(stored)}"
     return FileTranslation(translatedFileUrl=url, detectedLanguage=detected)
+
+
+def _room_for(state: AppState, size: int) -> None:
+    """503 now when a translated file of ``size`` bytes would not fit the store."""
+    try:
+        state.files.check_room(size)
+    except StoreFullError as exc:
+        raise _store_full(exc) from None
+
+
+def _store_full(exc: StoreFullError) -> ApiError:
+    return ApiError(503, exc.message, {"Retry-After": str(exc.retry_after)})
 
 
 @router.get("/download_file/{file_id}/{name}", responses={404: ERROR_RESPONSES[404]})
