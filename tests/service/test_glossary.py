@@ -514,6 +514,21 @@ async def test_placeholder_junk_is_dropped_unless_the_sentence_has_those_charact
     assert r.json()["translatedText"] == expected
 
 
+def matchers_built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of terms of every glossary matcher compiled from now on (the list grows as they are)."""
+    from transduce.service import glossary
+
+    built: list[int] = []
+    real_init = glossary.Matcher.__init__
+
+    def counting_init(self: glossary.Matcher, terms: Any, *, html: bool) -> None:
+        built.append(len(terms))
+        real_init(self, terms, html=html)
+
+    monkeypatch.setattr(glossary.Matcher, "__init__", counting_init)
+    return built
+
+
 class SpellsNoHan(FakeTranslator):
     """The fake, unable to spell Han characters (as the shipped model cannot): the service keeps them as written."""
 
@@ -528,16 +543,7 @@ async def test_a_glossary_compiles_once_however_many_items_bring_their_own_unkno
     whole glossary again, on the event loop (a file of 5,000 terms and 50 items: 16 s; 100 terms of 200
     characters: 2.8 s). Now the glossary compiles
     once and each item's runs on their own; a term and a run that are the same text give the term's target."""
-    from transduce.service import glossary
-
-    built: list[int] = []
-    real_init = glossary.Matcher.__init__
-
-    def counting_init(self: glossary.Matcher, terms: Any, *, html: bool) -> None:
-        built.append(len(terms))
-        real_init(self, terms, html=html)
-
-    monkeypatch.setattr(glossary.Matcher, "__init__", counting_init)
+    built = matchers_built(monkeypatch)
     terms = [{"source": f"once{i} " + "w" * 100, "target": f"T{i}"} for i in range(99)]
     terms.append({"source": "丁丁", "target": "DING"})
     q = [f"see {chr(0x4E00 + 40 + i)} and once7 {'w' * 100}" for i in range(30)] + ["a 丁丁 b"]
@@ -550,3 +556,23 @@ async def test_a_glossary_compiles_once_however_many_items_bring_their_own_unkno
             assert out[30] == "B DING A"
     assert built.count(len(terms)) == 2  # the glossary: once as text, once as HTML (where a term may wrap lines)
     assert len(built) == 2 + 2 * 31  # and each item's own runs, as text and as HTML
+
+
+async def test_the_server_glossary_compiles_once_whatever_glossaries_requests_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's glossary was merged into the file's, so each distinct request glossary compiled the whole file
+    again on the event loop, and the cache kept a copy of it for each (a 2,000-term file: 2.2 MB per request
+    glossary). The file's terms for a pair now compile once; a request's term still wins for the same text."""
+    built = matchers_built(monkeypatch)
+    entries = [{"source": f"filed{i}", "target": f"F{i}"} for i in range(999)] + [{"source": "term", "target": "T"}]
+    path = write(tmp_path / "glossary.json", {"en-de": entries})
+    async with serve(FakeTranslator(), glossary_file=path) as (client, _):
+        for i in range(5):
+            body = {"q": "term and filed3 and own", **EN_DE, "glossary": [{"source": "own", "target": f"O{i}"}]}
+            if i == 4:
+                body["glossary"] = [{"source": "TERM", "target": "mine"}]
+            r = await client.post("/translate", json=body)
+            assert r.json() == {"translatedText": f"O{i} AND F3 AND T" if i < 4 else "OWN AND F3 AND mine"}
+    assert built.count(1000) == 1  # the file's, once; each request's glossary of one term, on its own
+    assert built.count(1) == 5

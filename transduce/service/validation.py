@@ -29,7 +29,7 @@ from transduce.service.config import Settings
 from transduce.service.detect import Detection, LanguageDetector
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
-from transduce.service.glossary import Terms, duplicate, mask_text, merged, server_terms, splitter, twice_text
+from transduce.service.glossary import Terms, duplicate, glossaries, mask_text, server_terms, splitter, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
 from transduce.service.htmlunits import PLACEHOLDER
 from transduce.service.schemas import TranslateRequest
@@ -118,11 +118,11 @@ def validate_request(
     detected = tuple(auto[0].detect(t, auto[1]) for t in plain) if auto else None
     sources = tuple(d.language for d in detected) if detected else (req.source,) * len(texts)
     unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
-    glossaries = {source: _terms(req, settings, source) for source in set(sources)}  # merged once, not per item
+    terms = {source: _terms(req, settings, source) for source in set(sources)}  # once, not per item
     items: tuple[Item, ...] = tuple(
         _masked(
             html[i] if html is not None else text,
-            glossaries[source],
+            terms[source],
             kept_as_written(unknown(plain[i])) if unknown is not None and source != req.target else (),
         )
         for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
@@ -251,12 +251,12 @@ def _check_glossary(req: TranslateRequest, settings: Settings) -> None:
         raise ApiError(400, f"glossary has {twice_text(twice)}: keep one entry per source term")
 
 
-def _terms(req: TranslateRequest, settings: Settings, source: str) -> Terms:
-    """The glossary for texts translated from ``source``: the server's for the pair, overridden by the request's;
-    none for a text already in the target language (passed through as it is)."""
+def _terms(req: TranslateRequest, settings: Settings, source: str) -> tuple[Terms, ...]:
+    """The glossaries for texts translated from ``source``: the request's, then the server's for the pair; none for
+    a text already in the target language (passed through as it is)."""
     if source == req.target:
         return ()
-    return merged(server_terms(settings.glossary, source, req.target), req.glossary or ())
+    return glossaries(server_terms(settings.glossary, source, req.target), req.glossary or ())
 
 
 def kept_as_written(runs: Sequence[str]) -> Terms:
@@ -265,7 +265,7 @@ def kept_as_written(runs: Sequence[str]) -> Terms:
     return tuple((run, None) for run in runs)
 
 
-def _masked(item: str | HtmlItem, terms: Terms, runs: Terms) -> Item:
+def _masked(item: str | HtmlItem, terms: tuple[Terms, ...], runs: Terms) -> Item:
     """The item cut into sentences with its terms and runs masked (exactly as without a glossary where none
     occurs)."""
     if isinstance(item, HtmlItem):
