@@ -15,7 +15,8 @@ from asgi_lifespan import LifespanManager
 from tests.service.harness import EN_DE, build_app, post_then_hang_up, serve, wait_until
 from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
 from transduce.engine.session import usable_cores
-from transduce.engine.translator import Translator
+from transduce.engine.translator import TranslationResult, Translator
+from transduce.service.cache import CacheKey, TranslationCache
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.main import load_translator
@@ -111,19 +112,28 @@ async def test_the_step_scheduler_serves_joins_and_drops_a_client_that_left(tiny
 
 
 @pytest.mark.parametrize("scheduler", ["step", "static"])
-async def test_the_runaway_guard_is_a_setting(tiny_translator: Translator, scheduler: str) -> None:
+async def test_the_runaway_guard_is_a_setting(
+    tiny_translator: Translator, scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tiny random model rarely says eos: its outputs run to the length cap, which the settings set."""
     text = "Hello world. The cat sees the dog."
     sentences = ["Hello world.", "The cat sees the dog."]
+    put = TranslationCache.put
+    engine: dict[str, TranslationResult] = {}  # sentence -> the engine's result, as it reaches the cache
+
+    def keeping(self: TranslationCache, key: CacheKey, result: TranslationResult) -> None:
+        engine[key[-1]] = result
+        put(self, key, result)
+
+    monkeypatch.setattr(TranslationCache, "put", keeping)
     for ratio, extra in ((2.0, 10), (0.5, 2)):
         async with serve(tiny_translator, scheduler=scheduler, max_length_ratio=ratio, extra_decoding_length=extra) as (
             client,
-            app,
+            _,
         ):
             r = await client.post("/translate", json={"q": text, **EN_DE, "beam_size": 1})
-            cached = dict(app.state.transduce.pipeline.cache._entries)  # sentence -> the engine's result
         assert r.status_code == 200
-        by_text = {key[-1]: result for key, result in cached.items()}
+        by_text = dict(engine)
         for sentence in sentences:
             cap = DecodeOptions(max_length_ratio=ratio, extra_decoding_length=extra).max_lengths(
                 [tiny_translator.count_tokens(sentence)], 10**6

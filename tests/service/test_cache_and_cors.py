@@ -48,15 +48,17 @@ async def test_cache_size_zero_turns_it_off() -> None:
     assert latency["cache"]["hits"] == latency["cache"]["misses"] == 0
 
 
-def test_the_least_recently_used_entry_goes_first() -> None:
+def test_the_least_recently_used_entry_goes_first_and_long_ones_take_the_room_of_several() -> None:
     cache = TranslationCache(2)
     result = TranslationResult(["x"], [[1]])
-    keys = [("en", "de", DecodeOptions(), text) for text in ("a", "b", "c")]
+    keys = [("en", "de", DecodeOptions(), text) for text in ("a", "b", "c", "d" * 600)]
     cache.put(keys[0], result)
     cache.put(keys[1], result)
-    assert cache.get(keys[0]) is result  # a is now the most recently used
+    assert cache.get(keys[0]) == TranslationResult(["x"], [])  # a is now the most recently used; its text alone kept
     cache.put(keys[2], result)
-    assert cache.get(keys[1]) is None and cache.get(keys[0]) is result and len(cache) == 2
+    assert cache.get(keys[1]) is None and cache.get(keys[0]) is not None and len(cache) == 2
+    cache.put(keys[3], TranslationResult(["y" * 100, "z" * 100], [list(range(100))] * 2))  # 800 characters in all
+    assert len(cache) == 1 and cache.get(keys[3]) is not None  # 2 x 400 characters at most: the others went
     with pytest.raises(ValueError, match="cache size"):
         TranslationCache(-1)
 

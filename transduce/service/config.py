@@ -115,7 +115,9 @@ class Settings(BaseSettings):
     log_json: bool = Field(True, description="one JSON line per request on stderr")
     canary_text: str = Field("Hello world.", description="sentence translated at start-up before ready")
     cache_size: int = Field(
-        10_000, description="sentence translations kept (LRU by sentence, pair and options); 0 turns the cache off"
+        10_000,
+        description="sentence translations kept (LRU by sentence, pair and options), and 400 times as many "
+        "characters of them; 0 turns the cache off",
     )
     max_file_bytes: int = Field(2_000_000, description="size of a file sent to /translate_file; beyond it: 413")
     max_file_chars: int = Field(
