@@ -656,6 +656,28 @@ async def test_an_upload_is_counted_while_it_is_read() -> None:
         assert r.status_code == 408 and "request_read_timeout_s" in r.json()["error"] and not read[1:]
 
 
+async def test_files_in_work_at_once_are_bounded() -> None:
+    """A file's parts take up to 1 KB of memory per character while it is translated (160 MB for 200,000 characters
+    of one-word table cells), with no bound on how many files were in work at once: past max_file_jobs a file is a
+    503 with Retry-After, and the room is given back however a file ends."""
+    fake, gate = FakeTranslator(), Gate()
+    async with serve(fake, gate=gate, max_file_jobs=1) as (client, app):
+        gate.hold()
+        first = asyncio.create_task(upload(client, "a.txt", b"Held."))
+        await gate.wait_entered()
+        busy = await upload(client, "b.txt", b"Refused.")
+        assert busy.status_code == 503 and busy.headers["Retry-After"] == "5"
+        assert busy.json() == {
+            "error": "server busy: the limit of 1 files translated at once (max_file_jobs) is reached, retry later"
+        }
+        gate.release()
+        assert (await first).status_code == 200
+        assert (await upload(client, "c.txt", b"", source="xx")).status_code == 400  # a refused file frees it too
+        assert (await upload(client, "d.txt", b"Next.")).status_code == 200
+        assert app.state.transduce.file_jobs == 0
+    assert "Refused." not in fake.translated
+
+
 async def test_hanging_up_stops_the_file() -> None:
     fake, gate = FakeTranslator(), Gate()
     request = httpx.Request("POST", "http://test/translate_file", data=EN_DE, files={"file": ("a.txt", b"A.\nB.\nC.")})

@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     max_file_chars: int = Field(
         100_000, description="characters of text in a file sent to /translate_file (the page limit); beyond it: 413"
     )
+    max_file_jobs: int = Field(
+        4, description="files read, parsed or translated at once (POST /translate_file); beyond: 503 + Retry-After"
+    )
     file_ttl_s: float = Field(600.0, description="seconds a translated file can be downloaded before it is deleted")
     max_stored_bytes: int = Field(
         500_000_000,
@@ -174,6 +177,7 @@ class Settings(BaseSettings):
         "max_batch_tokens",
         "max_file_bytes",
         "max_file_chars",
+        "max_file_jobs",
         "max_queue_items",
         "max_chars",
         "max_items",

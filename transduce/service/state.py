@@ -34,3 +34,4 @@ class AppState:
     cut_off: asyncio.TimerHandle | None = None
     stop_task: asyncio.Future[None] | None = None
     fatal: str | None = None  # start-up found nothing to serve (every model failed): `transduce serve` exits with it
+    file_jobs: int = 0  # POST /translate_file requests being read, parsed or translated now (max_file_jobs)

@@ -280,7 +280,24 @@ def _form_problem(exc: Exception) -> str:
     summary="Translate a file (LibreTranslate-compatible): .txt, .md, .html, .docx",
 )
 async def translate_file(request: Request, state: StateDep) -> FileTranslation:
-    """Multipart ``file``, ``source`` (or ``auto``), ``target``, optional ``api_key``; answers where to download it."""
+    """Multipart ``file``, ``source`` (or ``auto``), ``target``, optional ``api_key``; answers where to download it;
+    503 when ``max_file_jobs`` files are in work already (a file's parts take up to 1 KB of memory per character
+    of text while it is translated: 160 MB for 200,000 characters of one-word table cells)."""
+    if state.file_jobs >= state.settings.max_file_jobs:
+        raise ApiError(
+            503,
+            f"server busy: the limit of {state.settings.max_file_jobs} files translated at once (max_file_jobs) is "
+            "reached, retry later",
+            {"Retry-After": str(FILE_JOBS_RETRY_S)},
+        )
+    state.file_jobs += 1
+    try:
+        return await _translate_file(request, state)
+    finally:
+        state.file_jobs -= 1
+
+
+async def _translate_file(request: Request, state: AppState) -> FileTranslation:
     started = time.monotonic()
     settings = state.settings
     form = await _read_form(request, settings)
@@ -322,6 +339,9 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     base = settings.public_url or str(request.base_url).rstrip("/")  # not the Host header, when it is set
     url = f"{base}/download_file/{file_id}/{quote(stored)}"
     return FileTranslation(translatedFileUrl=url, detectedLanguage=detected)
+
+
+FILE_JOBS_RETRY_S = 5  # Retry-After when max_file_jobs files are in work
 
 
 def _room_for(state: AppState, size: int) -> None:
