@@ -61,7 +61,7 @@ class LocalTranslation:
         """The translation of every line, in order (a line the engine refuses raises, e.g. InputTooLongError)."""
         sources = [self.source_of(line) for line in lines]
         items: list[Item | None] = [
-            None if source == self.target else mask_text(line, (), kept_as_written(self.translator.unknown_runs(line)))
+            None if source == self.target else mask_text(line, runs=kept_as_written(self.translator.unknown_runs(line)))
             for line, source in zip(lines, sources, strict=True)
         ]
         done: dict[tuple[int, int], str] = {}

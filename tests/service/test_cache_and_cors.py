@@ -51,14 +51,19 @@ async def test_cache_size_zero_turns_it_off() -> None:
 def test_the_least_recently_used_entry_goes_first_and_long_ones_take_the_room_of_several() -> None:
     cache = TranslationCache(2)
     result = TranslationResult(["x"], [[1]])
-    keys = [("en", "de", DecodeOptions(), text) for text in ("a", "b", "c", "d" * 600)]
+    keys = [("en", "de", DecodeOptions(), text) for text in ("a", "b", "c")]
     cache.put(keys[0], result)
     cache.put(keys[1], result)
     assert cache.get(keys[0]) == TranslationResult(["x"], [])  # a is now the most recently used; its text alone kept
     cache.put(keys[2], result)
     assert cache.get(keys[1]) is None and cache.get(keys[0]) is not None and len(cache) == 2
-    cache.put(keys[3], TranslationResult(["y" * 100, "z" * 100], [list(range(100))] * 2))  # 800 characters in all
-    assert len(cache) == 1 and cache.get(keys[3]) is not None  # 2 x 400 characters at most: the others went
+    cache = TranslationCache(3)  # 1,200 characters at most
+    long = [("en", "de", DecodeOptions(), text * 560) for text in "pqrs"]  # 580 characters each with "y" * 10 x 2
+    for key in long[:3]:
+        cache.put(key, TranslationResult(["y" * 10, "z" * 10], [list(range(10))] * 2))
+    assert len(cache) == 2 and cache.get(long[0]) is None  # three entries would hold 1,740 characters
+    cache.put(long[3], TranslationResult(["y" * 700], [[1]]))  # alone over half of them: not kept, nothing pushed out
+    assert len(cache) == 2 and cache.get(long[3]) is None and cache.get(long[2]) is not None
     with pytest.raises(ValueError, match="cache size"):
         TranslationCache(-1)
 

@@ -379,6 +379,8 @@ async def test_the_store_of_translated_files_is_bounded_and_a_full_disk_is_a_503
     fake = FakeTranslator()
     async with serve(fake, files_dir=str(tmp_path), max_stored_bytes=100, max_stored_files=2) as (client, app):
         assert (await upload(client, "a.txt", b"One two three.")).status_code == 200
+        alone = await upload(client, "z.txt", b"y" * 101)  # more than the store holds: waiting cannot help
+        assert alone.status_code == 413 and "max_stored_bytes): split it" in alone.json()["error"], alone.text
         big = await upload(client, "b.txt", b"x" * 90)
         assert big.status_code == 503 and 0 < int(big.headers["Retry-After"]) <= 600
         assert big.json()["error"].startswith("server busy: translated files waiting to be downloaded fill the store")
@@ -661,19 +663,20 @@ async def test_files_in_work_at_once_are_bounded() -> None:
     of one-word table cells), with no bound on how many files were in work at once: past max_file_jobs a file is a
     503 with Retry-After, and the room is given back however a file ends."""
     fake, gate = FakeTranslator(), Gate()
-    async with serve(fake, gate=gate, max_file_jobs=1) as (client, app):
+    async with serve(fake, gate=gate, max_file_jobs=1, api_keys="k") as (client, app):
         gate.hold()
-        first = asyncio.create_task(upload(client, "a.txt", b"Held."))
+        first = asyncio.create_task(upload(client, "a.txt", b"Held.", api_key="k"))
         await gate.wait_entered()
-        busy = await upload(client, "b.txt", b"Refused.")
+        assert (await upload(client, "x.txt", b"No key.")).status_code == 401  # the key first: no slot for it
+        busy = await upload(client, "b.txt", b"Refused.", api_key="k")
         assert busy.status_code == 503 and busy.headers["Retry-After"] == "5"
         assert busy.json() == {
             "error": "server busy: the limit of 1 files translated at once (max_file_jobs) is reached, retry later"
         }
         gate.release()
         assert (await first).status_code == 200
-        assert (await upload(client, "c.txt", b"", source="xx")).status_code == 400  # a refused file frees it too
-        assert (await upload(client, "d.txt", b"Next.")).status_code == 200
+        assert (await upload(client, "c.txt", b"", source="xx", api_key="k")).status_code == 400  # freed again
+        assert (await upload(client, "d.txt", b"Next.", api_key="k")).status_code == 200
         assert app.state.transduce.file_jobs == 0
     assert "Refused." not in fake.translated
 

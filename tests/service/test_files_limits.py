@@ -8,6 +8,7 @@ import gc
 import io
 import os
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,6 +99,19 @@ def docx_with_body(xml: str, extra_files: int = 0) -> bytes:
     return out.getvalue()
 
 
+def _with_part_prefix(data: bytes, part: str, prefix: bytes) -> bytes:
+    """The .docx ``data`` with ``prefix`` put before the root element of ``part`` (after its XML declaration)."""
+    base, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for item in base.namelist():
+            content = base.read(item)
+            if item == part:
+                declaration, _, rest = content.partition(b"?>")
+                content = declaration + b"?>" + prefix + rest
+            archive.writestr(item, content)
+    return out.getvalue()
+
+
 async def test_a_docx_that_unpacks_too_far_is_refused_before_it_is_parsed() -> None:
     text = "<w:p><w:r><w:t>" + "a" * 2000 + "</w:t></w:r></w:p>"
     bomb = docx_with_body(text * 1500)  # 3 MB of XML in a 40 kB upload
@@ -117,6 +131,9 @@ async def test_a_docx_that_unpacks_too_far_is_refused_before_it_is_parsed() -> N
         413,
         "many.docx holds 5017 files, over the limit of 5000 in a .docx",
     )
+    commented = docx_with_body("<w:p><w:r><w:t>Kept.</w:t></w:r></w:p>")  # a comment before a part's root: fine
+    commented = _with_part_prefix(commented, "word/document.xml", b"<!-- made by a tool --><?mso-application x?>")
+    assert read_document("c.docx", commented, max_bytes=2_000_000).units[0] == "Kept."
     # few elements of many attributes: 2,000 on each of 4,300 (a 303 kB upload) took 1.1 GB to parse
     attributes = " ".join(f'a{i}=""' for i in range(500))
     with pytest.raises(ApiError) as refused:

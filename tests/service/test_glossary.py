@@ -568,11 +568,16 @@ async def test_the_server_glossary_compiles_once_whatever_glossaries_requests_ad
     entries = [{"source": f"filed{i}", "target": f"F{i}"} for i in range(999)] + [{"source": "term", "target": "T"}]
     path = write(tmp_path / "glossary.json", {"en-de": entries})
     async with serve(FakeTranslator(), glossary_file=path) as (client, _):
-        for i in range(5):
+        for i in range(70):  # more request glossaries than the cache keeps, in a pair the file has no terms for
+            body = {"q": "eigen", "source": "de", "target": "en", "glossary": [{"source": "eigen", "target": f"O{i}"}]}
+            assert (await client.post("/translate", json=body)).json() == {"translatedText": f"O{i}"}
+        for i in range(3):  # the file's matcher was not pushed out
             body = {"q": "term and filed3 and own", **EN_DE, "glossary": [{"source": "own", "target": f"O{i}"}]}
-            if i == 4:
-                body["glossary"] = [{"source": "TERM", "target": "mine"}]
             r = await client.post("/translate", json=body)
-            assert r.json() == {"translatedText": f"O{i} AND F3 AND T" if i < 4 else "OWN AND F3 AND mine"}
+            assert r.json() == {"translatedText": f"O{i} AND F3 AND T"}
+        for source, q in (("TERM", "term and own"), ("filed3", "FILED3 and own"), ("fïled7", "filed7 and own")):
+            body = {"q": q, **EN_DE, "glossary": [{"source": source, "target": "mine"}]}
+            r = await client.post("/translate", json=body)  # a request's entry replaces the file's for the term
+            assert r.json() == {"translatedText": "OWN AND mine" if source != "fïled7" else "OWN AND F7"}, source
     assert built.count(1000) == 1  # the file's, once; each request's glossary of one term, on its own
-    assert built.count(1) == 5
+    assert built.count(1) == 76

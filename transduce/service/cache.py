@@ -71,6 +71,8 @@ class TranslationCache:
         kept = TranslationResult(hypotheses=list(result.hypotheses), tokens=[], scores=list(result.scores))
         if (old := self._entries.pop(key, None)) is not None:
             self._chars -= _chars(key, old)
+        if _chars(key, kept) > self.size * CHARS_PER_ENTRY // 2:  # it would push out the rest (and then itself)
+            return
         self._entries[key] = kept
         self._chars += _chars(key, kept)
         while len(self._entries) > self.size or self._chars > self.size * CHARS_PER_ENTRY:

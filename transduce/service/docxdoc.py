@@ -269,8 +269,9 @@ def _count_elements(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Bu
             if element.get("ContentType") is not None and len(typed) < MAX_DOCX_PARTS:
                 typed.append((element.get("Extension"), element.get("PartName"), element.get("ContentType")))
             element.clear()
-            while element.getprevious() is not None:  # (its earlier siblings, cleared already)
-                del element.getparent()[0]
+            parent = element.getparent()  # (None for the root, which a comment or a processing instruction may precede)
+            while parent is not None and element.getprevious() is not None:  # its earlier siblings, cleared already
+                del parent[0]
     return typed
 
 

@@ -53,7 +53,7 @@ def safe_name(name: str) -> str:
 
 class StoreFullError(Exception):
     """No room for another translated file (the store's limits, or the disk); ``retry_after``: seconds until the
-    oldest stored file expires and frees its room."""
+    oldest stored file expires and frees its room; 0 when waiting cannot help (the file alone is over the limit)."""
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
@@ -94,6 +94,12 @@ class FileStore:
 
     def _room(self, size: int, now: float) -> None:
         """StoreFullError when ``size`` more bytes (one more file) would not fit. Under the lock."""
+        if self.max_bytes and size > self.max_bytes:
+            raise StoreFullError(
+                f"the translated file takes {size} bytes, more than the server keeps for downloads "
+                f"({self.max_bytes}, max_stored_bytes): split it",
+                0,
+            )
         live = self._live(now)
         over_bytes = self.max_bytes and sum(b for b, _ in live) + size > self.max_bytes
         over_files = self.max_files and len(live) + 1 > self.max_files
@@ -147,7 +153,11 @@ class FileStore:
         with self._lock:
             self._live(now)
         for folder in self.root.iterdir() if self.root.is_dir() else ():
-            if _ID.fullmatch(folder.name) and folder.is_dir() and now - folder.stat().st_mtime > self.ttl_s:
+            try:  # (another server sharing files_dir, or a failed save, may delete it meanwhile)
+                expired = _ID.fullmatch(folder.name) and folder.is_dir() and now - folder.stat().st_mtime > self.ttl_s
+            except FileNotFoundError:
+                continue
+            if expired:
                 shutil.rmtree(folder, ignore_errors=True)
                 gone += 1
         return gone

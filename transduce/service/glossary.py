@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -89,13 +89,12 @@ def twice_text(twice: tuple[str, str]) -> str:
     return f"the source terms {twice[0]!r} and {twice[1]!r}, which match the same text (case and spacing are ignored)"
 
 
-def glossaries(file_entries: Sequence[GlossaryEntry], request_entries: Sequence[GlossaryEntry]) -> tuple[Terms, ...]:
-    """The request's terms, then the file's for the pair (those that are any), each compiled and cached on its own
-    (``splitter``): a request entry wins over a file entry for the same text, as the earlier of two equal matches.
-    Merged into one, every request glossary compiled the whole file again, and the cache held a copy of it for
-    each (a 2,000-term file: 2.2 MB per distinct request glossary)."""
-    both = (tuple((e.source, e.target) for e in request_entries), tuple((e.source, e.target) for e in file_entries))
-    return tuple(terms for terms in both if terms)
+def glossaries(file_entries: Sequence[GlossaryEntry], request_entries: Sequence[GlossaryEntry]) -> tuple[Terms, Terms]:
+    """The request's terms and the file's for the pair, each compiled and cached on its own (``splitter``): a request
+    entry replaces a file entry for the same term (``split_by``). Merged into one, every request glossary compiled
+    the whole file again, and the cache held a copy of it for each (a 2,000-term file: 2.2 MB per distinct request
+    glossary)."""
+    return tuple((e.source, e.target) for e in request_entries), tuple((e.source, e.target) for e in file_entries)
 
 
 class Matcher:
@@ -122,7 +121,11 @@ class Matcher:
         self._each = [(rf"{p}\Z", target) for p, (_, target) in zip(alternatives, longest, strict=True)]
         self._compiled: dict[int, re.Pattern[str]] = {}
 
-    def _target(self, found: str) -> str:
+    def has(self, key: str) -> bool:
+        """Whether a term folds to ``key`` (``fold``)."""
+        return key in self._targets
+
+    def target(self, found: str) -> str:
         """The target for a text the pattern matched (the text itself for a term to keep)."""
         key = fold(found)
         if key in self._targets:
@@ -141,10 +144,6 @@ class Matcher:
         """The first term in ``text`` from ``at`` on (a word boundary may look before ``at``)."""
         return self._pattern.search(text, at)
 
-    def term(self, match: re.Match[str]) -> Term:
-        """The term ``search`` found."""
-        return Term(match.group(), self._target(match.group()))
-
     def split(self, text: str) -> list[str | Term]:
         """``text`` as text and terms, in order (``[text]`` when no term occurs)."""
         return split_by((self,), text)
@@ -152,9 +151,11 @@ class Matcher:
 
 def split_by(matchers: Sequence[Matcher], text: str) -> list[str | Term]:
     """``text`` as text and the terms of any of ``matchers``, in order (``[text]`` when none occurs): the leftmost
-    match first, the longest of those starting there, the earlier matcher's on a tie; never overlapping. A request's
-    glossary and the runs its model cannot spell are two matchers, so the glossary's (up to a file's thousands of
-    terms) is compiled once, not again for every item with its own runs."""
+    match first, the longest of those starting there, the earlier matcher's on a tie; never overlapping; the target
+    that of the earliest matcher holding a term for that text (a request's entry replaces the file's for the same
+    term, as ``fold`` compares them). A request's glossary, the server's and the runs the model cannot spell are
+    separate matchers, so the server's (up to thousands of terms) is compiled once, not again for every request
+    glossary and every item with its own runs."""
     pieces: list[str | Term] = []
     at = 0
     found = [m.search(text, 0) for m in matchers]
@@ -168,7 +169,9 @@ def split_by(matchers: Sequence[Matcher], text: str) -> list[str | Term]:
         start, minus_end, i = min(live)
         if start > at:
             pieces.append(text[at:start])
-        pieces.append(matchers[i].term(cast(re.Match[str], found[i])))
+        term = text[start:-minus_end]
+        owner = next((m for m in matchers[:i] if m.has(fold(term))), matchers[i]) if i else matchers[i]
+        pieces.append(Term(term, owner.target(term)))
         at = -minus_end
     return [*pieces, text[at:]] if at < len(text) or not pieces else pieces
 
@@ -211,8 +214,15 @@ def server_terms(glossary: ServerGlossary, source: str, target: str) -> tuple[Gl
 
 @functools.lru_cache(maxsize=64)
 def matcher(terms: Terms, html: bool) -> Matcher:
-    """The compiled matcher of ``terms`` (a file's glossary for a pair, or a client's repeated one, compiles once; a
-    request glossary of 100 long terms compiles to about 1 MB, so a few dozen are kept)."""
+    """The compiled matcher of a request's glossary (a client's repeated one compiles once; one of 100 long terms
+    compiles to about 1 MB, so a few dozen are kept)."""
+    return Matcher(terms, html=html)
+
+
+@functools.cache
+def file_matcher(terms: Terms, html: bool) -> Matcher:
+    """The compiled matcher of the glossary file's terms for a pair: kept for good (the file is read once), never
+    pushed out by request glossaries (each miss compiled thousands of terms again on the event loop)."""
     return Matcher(terms, html=html)
 
 
@@ -228,18 +238,25 @@ class TextWithTerms:
         return self._unit.render(translations, ())
 
 
-def splitter(glossaries: Sequence[Terms], runs: Terms = (), *, html: bool) -> Callable[[str], list[str | Term]] | None:
-    """How to cut a text into text and terms: those of ``glossaries`` (each's matcher cached; an earlier one's term
-    wins over a later one's for the same text) and ``runs`` (one text's runs the model cannot spell, kept as written;
-    a glossary term wins over a run that is the same text); None when there are neither."""
-    matchers = [matcher(terms, html) for terms in glossaries if terms] + ([Matcher(runs, html=html)] if runs else [])
+def splitter(
+    glossary: tuple[Terms, Terms] = ((), ()), runs: Terms = (), *, html: bool
+) -> Callable[[str], list[str | Term]] | None:
+    """How to cut a text into text and terms: those of ``glossary`` (``glossaries``: the request's, then the file's;
+    each's matcher cached) and ``runs`` (one text's runs the model cannot spell, kept as written; a glossary term
+    wins over a run that is the same text); None when there are none of them."""
+    request, filed = glossary
+    matchers = [
+        *([matcher(request, html)] if request else []),
+        *([file_matcher(filed, html)] if filed else []),
+        *([Matcher(runs, html=html)] if runs else []),
+    ]
     return functools.partial(split_by, matchers) if matchers else None
 
 
-def mask_text(text: str, glossaries: Sequence[Terms] = (), runs: Terms = ()) -> Segmented | TextWithTerms:
+def mask_text(text: str, glossary: tuple[Terms, Terms] = ((), ()), runs: Terms = ()) -> Segmented | TextWithTerms:
     """``text`` cut into sentences, its terms and runs (``splitter``) masked; exactly ``segment(text)`` when none
     occurs in it."""
-    split = splitter(glossaries, runs, html=False)
+    split = splitter(glossary, runs, html=False)
     pieces: list[str | Term] = split(text) if split is not None else [text]
     return TextWithTerms(pieces) if any(isinstance(p, Term) for p in pieces) else segment(text)
 

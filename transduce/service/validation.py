@@ -251,11 +251,11 @@ def _check_glossary(req: TranslateRequest, settings: Settings) -> None:
         raise ApiError(400, f"glossary has {twice_text(twice)}: keep one entry per source term")
 
 
-def _terms(req: TranslateRequest, settings: Settings, source: str) -> tuple[Terms, ...]:
-    """The glossaries for texts translated from ``source``: the request's, then the server's for the pair; none for
-    a text already in the target language (passed through as it is)."""
+def _terms(req: TranslateRequest, settings: Settings, source: str) -> tuple[Terms, Terms]:
+    """The glossaries for texts translated from ``source``: the request's and the server's for the pair; none for a
+    text already in the target language (passed through as it is)."""
     if source == req.target:
-        return ()
+        return (), ()
     return glossaries(server_terms(settings.glossary, source, req.target), req.glossary or ())
 
 
@@ -265,7 +265,7 @@ def kept_as_written(runs: Sequence[str]) -> Terms:
     return tuple((run, None) for run in runs)
 
 
-def _masked(item: str | HtmlItem, terms: tuple[Terms, ...], runs: Terms) -> Item:
+def _masked(item: str | HtmlItem, terms: tuple[Terms, Terms], runs: Terms) -> Item:
     """The item cut into sentences with its terms and runs masked (exactly as without a glossary where none
     occurs)."""
     if isinstance(item, HtmlItem):

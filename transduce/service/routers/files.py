@@ -126,7 +126,7 @@ async def translate_units(
 
     def fits(text: str) -> bool:  # counted as validation will count it, what the model cannot spell masked as there
         runs = unknown(text) if unknown is not None else []
-        sentences = mask_text(text, (), kept_as_written(runs)).sentences if runs else [text]
+        sentences = mask_text(text, runs=kept_as_written(runs)).sentences if runs else [text]
         return all(written_tokens(s, count) <= settings.max_sentence_tokens for s in sentences)
 
     # in a thread: a file's 100,000 characters of long lines took seconds of tokenizing and masking
@@ -282,7 +282,18 @@ def _form_problem(exc: Exception) -> str:
 async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     """Multipart ``file``, ``source`` (or ``auto``), ``target``, optional ``api_key``; answers where to download it;
     503 when ``max_file_jobs`` files are in work already (a file's parts take up to 1 KB of memory per character
-    of text while it is translated: 160 MB for 200,000 characters of one-word table cells)."""
+    of text while it is translated: 160 MB for 200,000 characters of one-word table cells). The upload is read and
+    the key checked first: clients without a key, sending slowly, held every slot."""
+    started = time.monotonic()
+    form = await _read_form(request, state.settings)
+    upload, source, target, key = (form.get(field) for field in ("file", "source", "target", "api_key"))
+    data = await upload.read() if isinstance(upload, UploadFile) else b""
+    await form.close()  # the spooled upload
+    check_api_key(state, request, key if isinstance(key, str) else None)
+    if not isinstance(upload, UploadFile) or not upload.filename:
+        raise ApiError(422, "file: send the file to translate as the multipart field 'file'")
+    if not isinstance(source, str) or not isinstance(target, str) or not source or not target:
+        raise ApiError(422, "source and target: name both languages (source may be 'auto')")
     if state.file_jobs >= state.settings.max_file_jobs:
         raise ApiError(
             503,
@@ -292,25 +303,16 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
         )
     state.file_jobs += 1
     try:
-        return await _translate_file(request, state)
+        return await _translate_file(request, state, upload.filename, data, (source, target), started)
     finally:
         state.file_jobs -= 1
 
 
-async def _translate_file(request: Request, state: AppState) -> FileTranslation:
-    started = time.monotonic()
+async def _translate_file(
+    request: Request, state: AppState, name: str, data: bytes, pair: tuple[str, str], started: float
+) -> FileTranslation:
     settings = state.settings
-    form = await _read_form(request, settings)
-    upload, source, target, key = (form.get(field) for field in ("file", "source", "target", "api_key"))
-    data = await upload.read() if isinstance(upload, UploadFile) else b""
-    await form.close()  # the spooled upload
-    check_api_key(state, request, key if isinstance(key, str) else None)
-    if not isinstance(upload, UploadFile) or not upload.filename:
-        raise ApiError(422, "file: send the file to translate as the multipart field 'file'")
-    if not isinstance(source, str) or not isinstance(target, str) or not source or not target:
-        raise ApiError(422, "source and target: name both languages (source may be 'auto')")
-    source, target = known_case(get_pipeline(state).translator, source, target)  # EN is en, AUTO is auto
-    name = upload.filename
+    source, target = known_case(get_pipeline(state).translator, *pair)  # EN is en, AUTO is auto
     _room_for(state, len(data))  # its translation is about as large: refused now rather than after the work
     document = await asyncio.to_thread(  # too much text, or a .docx unpacking too far: refused before it is parsed
         read_document, name, data, max_chars=settings.max_file_chars, max_bytes=settings.max_file_bytes
@@ -353,6 +355,8 @@ def _room_for(state: AppState, size: int) -> None:
 
 
 def _store_full(exc: StoreFullError) -> ApiError:
+    if not exc.retry_after:  # the file alone is over the limit
+        return ApiError(413, exc.message)
     return ApiError(503, exc.message, {"Retry-After": str(exc.retry_after)})
 
 
