@@ -100,6 +100,16 @@ def make_docx() -> bytes:
     return out.getvalue()
 
 
+async def round_trip(document: Any, name: str = "doc.docx") -> tuple[FakeTranslator, Any]:
+    """``document`` (python-docx) uploaded and translated by the fake: the fake, and the translated document."""
+    data = io.BytesIO()
+    document.save(data)
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, name, data.getvalue()))
+    return fake, docx.Document(io.BytesIO(got.content))
+
+
 async def test_a_docx_file_translates_body_and_table_paragraphs() -> None:
     fake = FakeTranslator()
     async with serve(fake) as (client, _):
@@ -138,14 +148,9 @@ async def test_a_docx_file_translates_nested_tables_and_content_controls_in_docu
     boxed.runs[0]._r.append(box)
     inside.append(document.add_paragraph("Boxed text.")._p)
     document.add_paragraph("After it all.")
-    data = io.BytesIO()
-    document.save(data)
-    fake = FakeTranslator()
-    async with serve(fake) as (client, _):
-        got = await fetch(client, await upload(client, "nested.docx", data.getvalue()))
+    fake, result = await round_trip(document, "nested.docx")
     sent = ["Before the table.", "Outer cell", "Inner cell", "In a control.", "Has a box.", "After it all."]
     assert fake.translated[1:] == sent
-    result = docx.Document(io.BytesIO(got.content))
     cell = result.tables[0].cell(0, 0)
     assert [cell.paragraphs[0].text, cell.tables[0].cell(0, 0).text] == ["CELL OUTER", "CELL INNER"]
     sdt = result.element.body.find(qn("w:sdt"))

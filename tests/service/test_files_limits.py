@@ -16,7 +16,7 @@ import docx
 import pytest
 
 from tests.service.harness import FakeTranslator, serve
-from tests.service.test_files import fetch, make_docx, upload
+from tests.service.test_files import fetch, make_docx, round_trip, upload
 from transduce.service.documents import read_document
 from transduce.service.errors import ApiError
 from transduce.service.filestore import FileStore, StoreFullError
@@ -158,6 +158,19 @@ async def test_line_breaks_inside_a_docx_paragraph_are_kept() -> None:
     assert first.text == "ADDRESS, THE OF ONE LINE\nTWO. LINE"
     assert len(first._p.xpath(".//w:br")) == 1
     assert second.text == "BREAK THE BEFORE\nIT. AFTER"
+
+
+async def test_tabs_inside_a_docx_paragraph_stay_where_they_were() -> None:
+    """A tab had become a space: "Name:<tab>value" and a tab-aligned table of text lost their alignment. A tab now
+    ends a sentence as a line break does and comes back as a tab."""
+    document = docx.Document()
+    document.add_paragraph("Name:\tJohn Smith")
+    document.add_paragraph("\tTotal amount\t\t$5.00")
+    fake, result = await round_trip(document, "tabs.docx")
+    assert fake.translated[1:] == ["Name:", "John Smith", "Total amount"]  # ("$5.00" has no letters: kept)
+    first, second = result.paragraphs
+    assert [first.text, second.text] == ["NAME:\tSMITH JOHN", "\tAMOUNT TOTAL\t\t$5.00"]
+    assert len(second._p.xpath(".//w:tab")) == 3
 
 
 async def test_a_long_file_name_is_cut_and_a_failed_save_leaves_nothing(

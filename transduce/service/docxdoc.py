@@ -124,17 +124,21 @@ def _add_text(run: Any, text: str) -> None:
             run.add_t(piece)
 
 
-_BREAK = "<br>"  # a line break inside a paragraph, as Unit.render gives it back
+_BREAK, _TAB = "<br>", "<tab>"  # a line break and a tab inside a paragraph, as Unit.render gives them back
 
 
 def _lines(text: str) -> list[Node]:
-    """A run's text with each line break (w:br, w:cr) as an atom that ends the sentence and comes back as a break."""
+    """A run's text with each line break (w:br, w:cr) and each tab (w:tab, w:ptab) as an atom that ends the sentence
+    and comes back where it was (a tab had become a space: "Name:<tab>value" lost its alignment)."""
     nodes: list[Node] = []
     for k, line in enumerate(text.split("\n")):
         if k:
             nodes.append(Atom(_BREAK, hard_break=True))
-        if line:
-            nodes.append(line)
+        for j, field in enumerate(line.split("\t")):
+            if j:
+                nodes.append(Atom(_TAB, hard_break=True))
+            if field:
+                nodes.append(field)
     return nodes
 
 
@@ -163,10 +167,10 @@ class _Paragraph:
 
         texts: dict[tuple[str, int], str] = {}
         where, group = ("g", 0), 0
-        for token in re.split(r"(</?[kl]\d+>|<br>)", self.unit.render(translations, ())):
+        for token in re.split(r"(</?[kl]\d+>|<br>|<tab>)", self.unit.render(translations, ())):
             tag = re.fullmatch(r"<(/?)([kl])(\d+)>", token)
-            if token == _BREAK:  # written back as a w:br
-                texts[where] = texts.get(where, "") + "\n"
+            if token in (_BREAK, _TAB):  # written back as a w:br, a w:tab
+                texts[where] = texts.get(where, "") + ("\n" if token == _BREAK else "\t")
             elif tag is None:
                 texts[where] = texts.get(where, "") + unescape(token, {})
             elif tag.group(2) == "l" and not tag.group(1):
