@@ -24,7 +24,8 @@ from transduce.translate_cli import InputError, SourceLine, TranslateError, Writ
 if TYPE_CHECKING:
     import httpx
 
-RETRIES_503 = 5  # attempts for a request the server answers 503 (busy or starting), honouring its Retry-After
+RETRIES_BUSY = 5  # attempts for a request the server answers 503 (busy, starting) or 429 (req_limit), honouring
+# its Retry-After
 MAX_RETRY_WAIT_S = 30.0
 _LINE_BREAK = re.compile(r"\r?\n")
 LINE_BY_LINE = (400, 413)  # statuses that may be about one text of a request: then each line is sent alone
@@ -144,7 +145,8 @@ def _pack(lines: Iterable[SourceLine | None], limits: ServerLimits, pending: deq
 
 
 class _Remote:
-    """POSTs texts to /translate with the command's options, retrying 503s (busy, starting) a few times."""
+    """POSTs texts to /translate with the command's options, retrying 503s (busy, starting) and 429s (the server's
+    req_limit) a few times."""
 
     def __init__(self, args: argparse.Namespace, client: httpx.Client) -> None:
         self.args, self.client = args, client
@@ -190,12 +192,12 @@ class _Remote:
         }
         if self.args.api_key:
             body["api_key"] = self.args.api_key
-        for attempt in range(1, RETRIES_503 + 1):
+        for attempt in range(1, RETRIES_BUSY + 1):
             try:
                 response = self.client.post("/translate", json=body)
             except httpx.HTTPError as exc:
                 return 0, f"{type(exc).__name__}: {exc}"
-            if response.status_code != 503 or attempt == RETRIES_503:
+            if response.status_code not in (429, 503) or attempt == RETRIES_BUSY:
                 break
             time.sleep(_retry_after(response))
         if response.status_code != 200:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.service.harness import live_server
 from transduce.engine.translator import Translator
@@ -130,6 +131,24 @@ def test_a_translation_with_a_line_break_keeps_the_lines_aligned() -> None:
     args = type("Args", (), {"source": "en", "target": "de", "beam_size": 4, "api_key": None})()
     with httpx.Client(base_url="http://server", transport=httpx.MockTransport(answer)) as client:
         assert _Remote(args, client).post(["1", "2", "3"]) == (200, ["a b", "c d", "e"])
+
+
+def test_a_server_over_its_req_limit_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 429 (the server's req_limit) is retried after its Retry-After, as a 503 is; other errors are not."""
+    from transduce import translate_remote
+    from transduce.translate_remote import _Remote
+
+    answers = [httpx.Response(429, headers={"Retry-After": "2"}, json={"error": "too many requests"})] * 2
+    answers.append(httpx.Response(200, json={"translatedText": ["x"]}))
+    slept: list[float] = []
+    monkeypatch.setattr(translate_remote.time, "sleep", slept.append)
+    args = type("Args", (), {"source": "en", "target": "de", "beam_size": 4, "api_key": None})()
+    with httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answers.pop(0))) as client:
+        assert _Remote(args, client).post(["1"]) == (200, ["x"])
+    assert slept == [2.0, 2.0]
+    answers[:] = [httpx.Response(400, json={"error": "bad"})]
+    with httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answers.pop(0))) as client:
+        assert _Remote(args, client).post(["1"]) == (400, "server answered 400: bad")
 
 
 def test_url_keeps_crlf_and_streams_blank_lines(tiny_translator: Translator) -> None:

@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     max_file_chars: int = Field(
         100_000, description="characters of text in a file sent to /translate_file (the page limit); beyond it: 413"
     )
+    req_limit: int = Field(
+        0,
+        description="requests a minute per client address to /translate, /translate_file and /detect (a minute's "
+        "worth at once); beyond: 429 + Retry-After; 0 = no limit",
+    )
     max_file_jobs: int = Field(
         4, description="files read, parsed or translated at once (POST /translate_file); beyond: 503 + Retry-After"
     )
@@ -205,6 +210,7 @@ class Settings(BaseSettings):
         "max_tokens_in_flight",
         "max_stored_bytes",
         "max_stored_files",
+        "req_limit",
     )
     @classmethod
     def _not_negative(cls, value: float) -> float:

@@ -28,6 +28,7 @@ from transduce.service.model_metrics import ModelMetrics
 from transduce.service.models import ModelLoader, ModelPool
 from transduce.service.observability import Metrics
 from transduce.service.pipeline import PipelineGauges, TranslationPipeline, run_canary
+from transduce.service.ratelimit import RateLimiter
 from transduce.service.registry import pairs_text
 from transduce.service.routers import admin, detect, files, health, meta, observability, translate, web
 from transduce.service.routing import RoutedPipeline
@@ -227,6 +228,7 @@ def create_app(
         ),
     )
     state.reload_on_sighup = reload_on_sighup
+    state.limiter = RateLimiter(settings.req_limit)
     if settings.models:
         model_metrics = ModelMetrics(state.metrics.registry)
         state.pool = ModelPool(settings, state.metrics, state.window, model_metrics, model_loader or load_model_dir)

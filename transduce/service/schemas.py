@@ -181,6 +181,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
         413: "text or body over the size limit",
         415: "unsupported content type or content encoding",
         422: "malformed body",
+        429: "over req_limit requests a minute from this client (Retry-After)",
         503: "queue full (Retry-After) or not ready",
         504: "timed out",
     }.items()

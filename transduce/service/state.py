@@ -11,6 +11,7 @@ from transduce.service.filestore import FileStore
 from transduce.service.models import ModelPool
 from transduce.service.observability import LatencyWindow, Metrics
 from transduce.service.pipeline import PipelineLike
+from transduce.service.ratelimit import RateLimiter
 
 
 @dataclass
@@ -34,4 +35,5 @@ class AppState:
     cut_off: asyncio.TimerHandle | None = None
     stop_task: asyncio.Future[None] | None = None
     fatal: str | None = None  # start-up found nothing to serve (every model failed): `transduce serve` exits with it
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(0))  # req_limit per client
     file_jobs: int = 0  # POST /translate_file requests being read, parsed or translated now (max_file_jobs)

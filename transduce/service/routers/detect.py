@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from transduce.service.deps import StateDep, check_api_key, get_pipeline
 from transduce.service.detect import get_detector
 from transduce.service.errors import ApiError
+from transduce.service.ratelimit import check_rate
 from transduce.service.request_body import read_body_as
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, DetectRequest
 from transduce.service.validation import check_chars, clean_text, model_languages
@@ -30,12 +31,13 @@ OPENAPI_BODY = {
 @router.post(
     "/detect",
     response_model=list[DetectedLanguage],
-    responses={code: ERROR_RESPONSES[code] for code in (400, 401, 403, 408, 413, 415, 422, 503)},
+    responses={code: ERROR_RESPONSES[code] for code in (400, 401, 403, 408, 413, 415, 422, 429, 503)},
     openapi_extra=OPENAPI_BODY,
     summary="Detect the language of a text (LibreTranslate-compatible)",
 )
 async def detect(request: Request, state: StateDep) -> list[DetectedLanguage]:
     """The model's languages, most likely first, each with a confidence from 0 (no evidence) to 100."""
+    check_rate(state.limiter, request)
     req = await read_body_as(request, state.settings, DetectRequest, "q")
     check_api_key(state, request, req.api_key)
     pipeline = get_pipeline(state)

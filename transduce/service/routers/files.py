@@ -35,6 +35,7 @@ from transduce.service.errors import ApiError
 from transduce.service.filestore import StoreFullError, ascii_name, disk_full
 from transduce.service.glossary import mask_text
 from transduce.service.observability import RequestTiming
+from transduce.service.ratelimit import check_rate
 from transduce.service.request_body import content_type
 from transduce.service.routers.translate import until_disconnect
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest
@@ -276,7 +277,7 @@ def _form_problem(exc: Exception) -> str:
     "/translate_file",
     response_model=FileTranslation,
     response_model_exclude_none=True,
-    responses={code: ERROR_RESPONSES[code] for code in (400, 401, 403, 408, 413, 415, 422, 503, 504)},
+    responses={code: ERROR_RESPONSES[code] for code in (400, 401, 403, 408, 413, 415, 422, 429, 503, 504)},
     summary="Translate a file (LibreTranslate-compatible): .txt, .md, .html, .docx",
 )
 async def translate_file(request: Request, state: StateDep) -> FileTranslation:
@@ -285,6 +286,7 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     of text while it is translated: 160 MB for 200,000 characters of one-word table cells). The upload is read and
     the key checked first: clients without a key, sending slowly, held every slot."""
     started = time.monotonic()
+    check_rate(state.limiter, request)
     form = await _read_form(request, state.settings)
     upload, source, target, key = (form.get(field) for field in ("file", "source", "target", "api_key"))
     data = await upload.read() if isinstance(upload, UploadFile) else b""

@@ -74,6 +74,7 @@ function humanError(status, detail) {
   }
   if (status === 413) return `The text is too long: this server translates up to ${settings.char_limit} characters at a time.`;
   if (status === 401 || status === 403) return "This server needs a valid API key: enter it above.";
+  if (status === 429) return "Too many requests from here in the last minute. Please wait a moment and try again.";
   if (status === 503) return "The server is busy or still starting. Please try again in a few seconds.";
   if (status === 504) return "The translation took too long. Try a shorter text.";
   if (status === 400 || status === 422) return "The server could not translate this text.";

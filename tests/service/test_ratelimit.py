@@ -1,0 +1,54 @@
+"""Requests per minute per client (req_limit): a minute's worth at once, then one every 60 / req_limit seconds; 429
+with Retry-After beyond; health, languages and downloads never counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.service.harness import EN_DE, FakeTranslator, IsolatedSettings, serve
+from tests.service.test_files import upload
+from transduce.service.ratelimit import RateLimiter
+
+pytestmark = pytest.mark.anyio
+
+
+def test_a_bucket_holds_a_minutes_worth_and_refills_at_the_rate() -> None:
+    limiter = RateLimiter(60)  # one a second
+    assert [limiter.wait("a", now=100.0) for _ in range(60)] == [0.0] * 60
+    assert limiter.wait("a", now=100.0) == pytest.approx(1.0)  # nothing taken by a refusal
+    assert limiter.wait("a", now=100.5) == pytest.approx(0.5)
+    assert limiter.wait("a", now=101.0) == 0.0 and limiter.wait("a", now=101.0) > 0
+    assert limiter.wait("b", now=101.0) == 0.0  # another client: its own bucket
+    assert limiter.wait("a", now=1000.0) == 0.0 and [limiter.wait("a", now=1000.0) for _ in range(59)] == [0.0] * 59
+    assert limiter.wait("a", now=1000.0) > 0  # refilled to a minute's worth, no more
+    assert RateLimiter(0).wait("a") == 0.0 and len(RateLimiter(0)) == 0  # off: nothing kept
+    few = RateLimiter(1, max_clients=3)
+    for client in "wxyz":
+        few.wait(client, now=0.0)
+    assert len(few) == 3 and few.wait("w", now=0.0) == 0.0  # the least recently seen went first
+    with pytest.raises(ValueError, match="req_limit must be >= 0"):
+        RateLimiter(-1)
+
+
+async def test_a_client_over_req_limit_gets_429_with_retry_after() -> None:
+    fake = FakeTranslator()
+    async with serve(fake, req_limit=3) as (client, _):
+        assert (await client.post("/translate", json={"q": "One.", **EN_DE})).status_code == 200
+        assert (await client.post("/detect", json={"q": "Hello there, how are you?"})).status_code == 200
+        assert (await upload(client, "a.txt", b"Two.")).status_code == 200
+        refused = [
+            await client.post("/translate", json={"q": "Three.", **EN_DE}),
+            await client.post("/detect", json={"q": "Hello."}),
+            await upload(client, "b.txt", b"Four."),
+        ]
+        for r in refused:
+            assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 20, r.text
+            assert r.json()["error"].startswith("too many requests from 127.0.0.1: at most 3 a minute (req_limit)")
+        for path in ("/health", "/health/ready", "/languages", "/frontend/settings"):
+            assert (await client.get(path)).status_code == 200, path  # never counted
+        metrics = (await client.get("/metrics")).text
+    assert 'transduce_requests_total{status="429"} 2.0' in metrics  # /translate and /translate_file
+    assert 'transduce_detect_requests_total{status="429"} 1.0' in metrics
+    assert "Three." not in fake.translated and "Four." not in fake.translated
+    with pytest.raises(ValueError, match="must be >= 0"):
+        IsolatedSettings(req_limit=-1)
