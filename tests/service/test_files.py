@@ -116,7 +116,8 @@ async def test_a_docx_file_translates_body_and_table_paragraphs() -> None:
         got = await fetch(client, await upload(client, "letter.docx", make_docx()))
     result = docx.Document(io.BytesIO(got.content))
     assert [p.text for p in result.paragraphs] == ["HERE. PARAGRAPH FIRST", "PLAIN AND BOLD"]
-    assert result.paragraphs[1].runs[0].bold  # the paragraph keeps its first run's formatting
+    runs = [(r.text, r.bold) for r in result.paragraphs[1].runs]  # into the run with the most text, as it looked
+    assert runs == [("", True), ("PLAIN AND BOLD", False)]
     table = result.tables[0]
     assert [table.cell(0, 0).text, table.cell(0, 1).text, table.cell(1, 0).text] == [
         "ONE CELL",
@@ -158,6 +159,41 @@ async def test_a_docx_file_translates_nested_tables_and_content_controls_in_docu
     box = result.element.body.find(f".//{qn('w:txbxContent')}")
     assert "".join(t.text for t in box.iter(qn("w:t"))) == "Boxed text."  # kept, with its paragraph
     assert result.paragraphs[-2].text == "BOX. A HAS"
+
+
+async def test_docx_formatting_that_changes_between_sentences_stays_with_them() -> None:
+    """All of a paragraph's text went into its first run: a bold "Warning." made the whole translation bold, an
+    italic sentence lost its italics. A change of formatting between two sentences now keeps each sentence's
+    translation in a run formatted as its source; inside a sentence, the run with the most text gives its look."""
+    document = docx.Document()
+    for pieces in (
+        [("Warning.", "b"), (" Do not open the case. It is hot.", "")],
+        [("First one. ", ""), ("Second in italics. ", "i"), ("Third one.", "")],
+        [("Note:", "b"), (" save your work before you close it.", "")],  # one sentence: the plain run's
+        [("Dr.", "b"), (" Smith is here.", "")],  # no sentence ends after an abbreviation
+    ):
+        paragraph = document.add_paragraph()
+        for text, look in pieces:
+            run = paragraph.add_run(text)
+            run.bold, run.italic = look == "b", look == "i"
+    fake, result = await round_trip(document, "looks.docx")
+    assert fake.translated[1:] == [
+        "Warning.",
+        "Do not open the case.",
+        "It is hot.",
+        "First one.",
+        "Second in italics.",
+        "Third one.",
+        "Note: save your work before you close it.",
+        "Dr. Smith is here.",
+    ]
+    looks = [[(r.text, r.bold, r.italic) for r in p.runs if r.text] for p in result.paragraphs]
+    assert looks == [
+        [("WARNING.", True, False), (" CASE. THE OPEN NOT DO HOT. IS IT", False, False)],
+        [("ONE. FIRST ", False, False), ("ITALICS. IN SECOND ", False, True), ("ONE. THIRD", False, False)],
+        [("IT. CLOSE YOU BEFORE WORK YOUR SAVE NOTE:", False, False)],
+        [("HERE. IS SMITH DR.", False, False)],
+    ]
 
 
 async def test_a_docx_leaves_alone_what_word_fills_itself() -> None:

@@ -1,8 +1,9 @@
 """.docx for POST /translate_file (``documents.read_document``): each paragraph of the body, of its tables (nested ones
 too) and of its content controls, in document order; not those of text boxes, headers and footers, nor those Word
-fills itself (``_left_alone``). The text of the runs between hyperlinks goes into the first of those runs (which keeps
-its formatting), a hyperlink's text into the hyperlink, placed as in HTML; a line break inside a paragraph ends a
-sentence and stays where it was.
+fills itself (``_left_alone``). The text of the runs between hyperlinks goes into the one of them with the most text
+(which keeps its formatting; ``_Paragraph`` keeps sentences apart where the formatting changes between them), a
+hyperlink's text into the hyperlink, placed as in HTML; a line break inside a paragraph ends a sentence and stays
+where it was.
 
 The XML is walked with lxml's ``iterchildren``/``iter``, never with python-docx's XPath unions (``w:r | w:hyperlink``,
 ``w:t | w:br | ...``) or its table model: libxml2 merges a union's node sets in time quadratic in a parent's children
@@ -17,6 +18,7 @@ import contextlib
 import copy
 import io
 import re
+import unicodedata
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import PurePath
@@ -24,6 +26,7 @@ from typing import Any
 
 from lxml import etree
 
+from transduce.engine.text import segment
 from transduce.service.documents import (
     DOCX_INFLATION,
     DOCX_TYPE,
@@ -144,22 +147,40 @@ def _lines(text: str) -> list[Node]:
 
 class _Paragraph:
     """A .docx paragraph: its runs and hyperlinks as a ``Unit`` (a hyperlink is an inline element, so its text is
-    translated inside the sentence and put back into the hyperlink)."""
+    translated inside the sentence and put back into the hyperlink). Where the runs' formatting changes between two
+    sentences (a bold "Warning." before plain text), a break the sentences have anyway keeps the stretches apart, so
+    each sentence's translation goes into a run formatted as its source was; within a stretch, into its run with the
+    most text (one bold word no longer made the whole paragraph bold)."""
 
     def __init__(self, paragraph: Any) -> None:
-        self.groups: list[list[Any]] = [[]]  # the runs (CT_R) before, between and after the hyperlinks
+        self.groups: list[list[Any]] = [[]]  # the runs (CT_R) of each stretch: around the hyperlinks, and apart
+        self.after: list[Any] = [None]  # the hyperlink each stretch follows (None: the paragraph's first)
         self.links: list[Any] = []  # the hyperlinks (CT_Hyperlink)
+        self.past: list[int] = []  # the stretch that follows each hyperlink
         nodes: list[Node] = []
+        before, look = "", None  # the stretch's text so far, and the formatting of its last run with text
         for part in paragraph.iterchildren(_R, _HYPERLINK):
             text = _text(part)
             if part.tag == _HYPERLINK:
                 n = len(self.links)
                 self.links.append(part)
+                self.past.append(len(self.groups))
                 self.groups.append([])
+                self.after.append(part)
                 nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
-            else:
-                self.groups[-1].append(part)
-                nodes += _lines(text)
+                before, look = "", None
+                continue
+            if text.strip():
+                mine = _look(part)
+                if look is not None and mine != look and _between_sentences(before, text):
+                    nodes.append(Atom(f"<s{len(self.groups)}>", hard_break=True))
+                    self.groups.append([])
+                    self.after.append(self.after[-1])
+                    before = ""
+                look = mine
+            self.groups[-1].append(part)
+            nodes += _lines(text)
+            before = (before + text)[-_CONTEXT:]
         self.unit = Unit(nodes)
 
     def write(self, translations: Sequence[str]) -> None:
@@ -167,16 +188,19 @@ class _Paragraph:
 
         texts: dict[tuple[str, int], str] = {}
         where, group = ("g", 0), 0
-        for token in re.split(r"(</?[kl]\d+>|<br>|<tab>)", self.unit.render(translations, ())):
-            tag = re.fullmatch(r"<(/?)([kl])(\d+)>", token)
+        for token in re.split(r"(</?[kl]\d+>|<s\d+>|<br>|<tab>)", self.unit.render(translations, ())):
+            tag = re.fullmatch(r"<(/?)([kls])(\d+)>", token)
             if token in (_BREAK, _TAB):  # written back as a w:br, a w:tab
                 texts[where] = texts.get(where, "") + ("\n" if token == _BREAK else "\t")
             elif tag is None:
                 texts[where] = texts.get(where, "") + unescape(token, {})
+            elif tag.group(2) == "s":  # a stretch of other formatting
+                group = int(tag.group(3))
+                where = ("g", group)
             elif tag.group(2) == "l" and not tag.group(1):
                 where = ("l", int(tag.group(3)))
             else:  # past a hyperlink
-                group += 1
+                group = self.past[int(tag.group(3))]
                 where = ("g", group)
         for n, link in enumerate(self.links):
             if _text(link).strip():
@@ -188,18 +212,38 @@ class _Paragraph:
                 template = next((r for rs in self.groups for r in rs), None)
                 if template is not None and template.rPr is not None:
                     run.append(copy.deepcopy(template.rPr))
-                (self.links[g - 1].addnext if g else self.links[0].addprevious)(run)
+                (self.after[g].addnext if self.after[g] is not None else self.links[0].addprevious)(run)
                 runs = [run]
             self.put(runs, text)
 
     @staticmethod
     def put(runs: list[Any], text: str) -> None:
-        """``text`` into the first of ``runs`` that had text (keeping its formatting); the others emptied."""
-        first = next((r for r in runs if _run_text(r)), runs[0] if runs else None)
+        """``text`` into the run of ``runs`` that had the most text (keeping its formatting; the first of equals);
+        the others emptied."""
+        lengths = [len(_run_text(r)) for r in runs]
+        most = lengths.index(max(lengths)) if runs else -1
         for run in runs:
             _clear_text(run)
-        if first is not None:
-            _add_text(first, text)
+        if runs:
+            _add_text(runs[most], text)
+
+
+_CONTEXT = 200  # characters on either side of a change of formatting that decide whether it is between sentences
+
+
+def _between_sentences(before: str, after: str) -> bool:
+    """Whether a run of ``after`` starts a sentence after ``before`` (the segmenter cuts there, as it will)."""
+    head, tail = before[-_CONTEXT:], after[:_CONTEXT]
+    last = head.rstrip()[-1:]
+    if not last or not unicodedata.category(last).startswith("P"):  # no sentence ends but at punctuation
+        return False
+    return segment(head + tail).sentences == segment(head).sentences + segment(tail).sentences
+
+
+def _look(run: Any) -> bytes:
+    """A run's formatting (its w:rPr as written; b"" for none)."""
+    properties = run.find(f"{_W}rPr")
+    return b"" if properties is None else etree.tostring(properties)
 
 
 def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
