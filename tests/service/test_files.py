@@ -196,6 +196,62 @@ async def test_docx_formatting_that_changes_between_sentences_stays_with_them() 
     ]
 
 
+FOOTNOTES = "application/vnd.openxmlformats-officedocument.wordprocessingml.footnotes+xml"
+
+
+def with_footnote(data: bytes, text: str) -> bytes:
+    """The .docx ``data`` with a footnotes part holding a separator and one footnote of ``text`` (python-docx cannot
+    write footnotes)."""
+    import zipfile
+
+    w = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    notes = (
+        f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><w:footnotes xmlns:w="{w}">'
+        '<w:footnote w:type="separator" w:id="-1"><w:p><w:r><w:separator/></w:r></w:p></w:footnote>'
+        f'<w:footnote w:id="1"><w:p><w:r><w:footnoteRef/></w:r><w:r><w:t xml:space="preserve"> {text}</w:t></w:r></w:p>'
+        "</w:footnote></w:footnotes>"
+    )
+    relationship = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/footnotes"
+    source, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for item in source.namelist():
+            content = source.read(item)
+            if item == "[Content_Types].xml":
+                override = f'<Override PartName="/word/footnotes.xml" ContentType="{FOOTNOTES}"/>'
+                content = content.replace(b"</Types>", override.encode() + b"</Types>")
+            if item == "word/_rels/document.xml.rels":
+                link = f'<Relationship Id="rId99" Type="{relationship}" Target="footnotes.xml"/>'
+                content = content.replace(b"</Relationships>", link.encode() + b"</Relationships>")
+            archive.writestr(item, content)
+        archive.writestr("word/footnotes.xml", notes)
+    return out.getvalue()
+
+
+async def test_a_docx_translates_its_headers_footers_and_footnotes() -> None:
+    """Headers, footers and footnotes were left in the source language: each is translated now, once however many
+    sections share it."""
+    import zipfile
+
+    document = docx.Document()
+    document.add_paragraph("Body text.")
+    document.add_section()  # a second section sharing the first one's header and footer
+    document.sections[0].header.paragraphs[0].text = "Header text."
+    document.sections[0].footer.paragraphs[0].text = "Footer text."
+    data = io.BytesIO()
+    document.save(data)
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        got = await fetch(client, await upload(client, "notes.docx", with_footnote(data.getvalue(), "A footnote.")))
+    assert fake.translated[1:] == ["Body text.", "Header text.", "Footer text.", "A footnote."]
+    result = docx.Document(io.BytesIO(got.content))
+    assert [result.sections[1].header.paragraphs[0].text, result.sections[1].footer.paragraphs[0].text] == [
+        "TEXT. HEADER",
+        "TEXT. FOOTER",
+    ]
+    notes = zipfile.ZipFile(io.BytesIO(got.content)).read("word/footnotes.xml").decode()
+    assert "<w:separator/>" in notes and "<w:footnoteRef/>" in notes and "> FOOTNOTE. A</w:t>" in notes
+
+
 async def test_a_docx_leaves_alone_what_word_fills_itself() -> None:
     """Paragraphs Word fills itself are not translated: a table of contents (as text, its page numbers would be the
     model's and its fields emptied), a content control bound to data or showing its placeholder, an older reader's

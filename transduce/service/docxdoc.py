@@ -1,9 +1,9 @@
 """.docx for POST /translate_file (``documents.read_document``): each paragraph of the body, of its tables (nested ones
-too) and of its content controls, in document order; not those of text boxes, headers and footers, nor those Word
-fills itself (``_left_alone``). The text of the runs between hyperlinks goes into the one of them with the most text
-(which keeps its formatting; ``_Paragraph`` keeps sentences apart where the formatting changes between them), a
-hyperlink's text into the hyperlink, placed as in HTML; a line break inside a paragraph ends a sentence and stays
-where it was.
+too) and of its content controls, in document order, then of its headers, footers, footnotes and endnotes; not those
+of text boxes or comments, nor those Word fills itself (``_left_alone``). The text of the runs between hyperlinks goes
+into the one of them with the most text (which keeps its formatting; ``_Paragraph`` keeps sentences apart where the
+formatting changes between them), a hyperlink's text into the hyperlink, placed as in HTML; a line break inside a
+paragraph ends a sentence and stays where it was.
 
 The XML is walked with lxml's ``iterchildren``/``iter``, never with python-docx's XPath unions (``w:r | w:hyperlink``,
 ``w:t | w:br | ...``) or its table model: libxml2 merges a union's node sets in time quadratic in a parent's children
@@ -347,6 +347,35 @@ def _docx_problem(exc: Exception) -> str:
     return "it does not hold a Word document (save it again from a word processor as .docx)"
 
 
+_HEADERS_FOOTERS = (f"{_W}hdr", f"{_W}ftr")
+_NOTES = {  # parts python-docx reads as bytes alone, by content type: their root element
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.footnotes+xml": f"{_W}footnotes",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.endnotes+xml": f"{_W}endnotes",
+}
+
+
+def _stories(doc: Any) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """Where a document's text is (Word's "stories"): the body, then each header and footer, footnotes and endnotes
+    (each part once, however many sections share it); and the parts python-docx keeps as bytes (footnotes,
+    endnotes), each with the tree read from it, to write back."""
+    from docx.oxml.parser import parse_xml
+
+    stories, blobs = [doc.element.body], []
+    for part in doc.part.package.iter_parts():
+        element = getattr(part, "element", None)
+        if element is not None and element.tag in _HEADERS_FOOTERS:
+            stories.append(element)
+        elif part.content_type in _NOTES:
+            try:
+                root = parse_xml(part.blob)
+            except etree.XMLSyntaxError:
+                continue  # (a broken part we cannot read: left as it is)
+            if root.tag == _NOTES[part.content_type]:
+                stories.append(root)
+                blobs.append((part, root))
+    return stories, blobs
+
+
 def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Document:
     """A .docx's paragraphs as units (with limits: ``_check_zip`` first, then the characters of text)."""
     import docx  # python-docx
@@ -358,7 +387,8 @@ def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Documen
     except Exception as exc:  # noqa: BLE001 - a broken zip or XML raises many types: all mean "not a .docx"
         raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
     found, size = [], 0
-    for paragraph in _paragraphs(doc.element.body):
+    stories, blobs = _stories(doc)
+    for paragraph in (p for story in stories for p in _paragraphs(story)):
         text = _text(paragraph) if _visible(paragraph) else ""
         if text.strip():
             found.append(paragraph)
@@ -372,6 +402,8 @@ def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Documen
             paragraphs, split_counts([len(p.unit.sentences) for p in paragraphs], translations), strict=True
         ):
             paragraph.write(mine)
+        for part, root in blobs:  # parts python-docx keeps as bytes: written back from the tree read here
+            part._blob = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True)
         out = io.BytesIO()
         doc.save(out)
         return out.getvalue()
