@@ -199,7 +199,7 @@ class _Remote:
                 return 0, f"{type(exc).__name__}: {exc}"
             if response.status_code not in (429, 503) or attempt == RETRIES_BUSY:
                 break
-            time.sleep(_retry_after(response))
+            time.sleep(_retry_after(response, attempt))
         if response.status_code != 200:
             return response.status_code, f"server answered {response.status_code}: {_error_text(response)}"
         try:
@@ -216,9 +216,11 @@ class _Remote:
         return 200, [_LINE_BREAK.sub(" ", t) for t in translated]
 
 
-def _retry_after(response: httpx.Response) -> float:
+def _retry_after(response: httpx.Response, attempt: int) -> float:
+    """Seconds to wait before try ``attempt + 1``: the server's Retry-After, else 1, 2, 4, 8 s (another server may
+    send none: five tries in 4 s did not outlast a minute's limit)."""
     value = response.headers.get("retry-after", "")
-    return min(float(value), MAX_RETRY_WAIT_S) if value.isdigit() else 1.0
+    return min(float(value) if value.isdigit() else 2.0 ** (attempt - 1), MAX_RETRY_WAIT_S)
 
 
 def _error_text(response: httpx.Response) -> str:

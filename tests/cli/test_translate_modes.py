@@ -146,6 +146,8 @@ def test_a_server_over_its_req_limit_is_waited_for(monkeypatch: pytest.MonkeyPat
     with httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answers.pop(0))) as client:
         assert _Remote(args, client).post(["1"]) == (200, ["x"])
     assert slept == [2.0, 2.0]
+    no_header = httpx.Response(429)
+    assert [translate_remote._retry_after(no_header, attempt) for attempt in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
     answers[:] = [httpx.Response(400, json={"error": "bad"})]
     with httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answers.pop(0))) as client:
         assert _Remote(args, client).post(["1"]) == (400, "server answered 400: bad")

@@ -43,7 +43,7 @@ async def test_a_client_over_req_limit_gets_429_with_retry_after() -> None:
         ]
         for r in refused:
             assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 20, r.text
-            assert r.json()["error"].startswith("too many requests from 127.0.0.1: at most 3 a minute (req_limit)")
+            assert r.json()["error"].startswith("too many requests: at most 3 a minute from one client (req_limit)")
         for path in ("/health", "/health/ready", "/languages", "/frontend/settings"):
             assert (await client.get(path)).status_code == 200, path  # never counted
         metrics = (await client.get("/metrics")).text
@@ -52,3 +52,32 @@ async def test_a_client_over_req_limit_gets_429_with_retry_after() -> None:
     assert "Three." not in fake.translated and "Four." not in fake.translated
     with pytest.raises(ValueError, match="must be >= 0"):
         IsolatedSettings(req_limit=-1)
+
+
+async def test_with_api_keys_each_key_is_a_client_and_a_refused_key_takes_nothing() -> None:
+    """Clients behind one address (a NAT, a proxy) shared one bucket, and a request without a key took from it
+    before its 401: with keys, the bucket is the key's, taken once the key is let in."""
+    async with serve(FakeTranslator(), req_limit=1, api_keys="k1,k2") as (client, _):
+        for _ in range(3):
+            assert (await client.post("/translate", json={"q": "Hi.", **EN_DE})).status_code == 401
+        first = await client.post("/translate", json={"q": "Hi.", **EN_DE, "api_key": "k1"})
+        other = await client.post("/translate", json={"q": "Hi.", **EN_DE}, headers={"Authorization": "Bearer k2"})
+        again = await client.post("/translate", json={"q": "Hi.", **EN_DE, "api_key": "k1"})
+    assert (first.status_code, other.status_code, again.status_code) == (200, 200, 429)
+
+
+def test_a_client_is_its_address_its_ipv6_network_or_one_unknown() -> None:
+    from starlette.requests import Request
+
+    from transduce.service.ratelimit import client_id
+
+    def request(host: str | None) -> Request:
+        return Request({"type": "http", "client": None if host is None else (host, 1), "headers": []})
+
+    assert client_id(request("203.0.113.7"), None) == "203.0.113.7"
+    assert client_id(request("::ffff:203.0.113.7"), None) == "203.0.113.7"  # IPv4 on a dual-stack socket
+    assert client_id(request("2001:db8:1:2:aaaa::1"), None) == client_id(request("2001:db8:1:2::9"), None)
+    assert client_id(request("2001:db8:1:2::9"), None) == "2001:db8:1:2::/64"  # a client holds its whole /64
+    junk = "1.2.3.4, " * 7000  # what a proxy trusted with "*" may pass on from a client's X-Forwarded-For
+    assert client_id(request(junk), None) == client_id(request(None), None) == "unknown"
+    assert client_id(request("203.0.113.7"), "k1") == client_id(request("198.51.100.1"), "k1") != "k1"

@@ -18,6 +18,7 @@ from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_g
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#*]+", re.IGNORECASE)  # what a browser's Origin header holds
 OVERSUBSCRIBED = 4  # intra_threads or engine_replicas above this many times the usable cores: refused
+MAX_REQ_LIMIT = 1_000_000_000  # req_limit (requests a minute): more is no limit, and a float overflows beyond 1e308
 # the engine's defaults, which the service's defaults are
 BATCHER, DECODE, SCHEDULER = BatcherConfig(), DecodeOptions(), SchedulerConfig()
 
@@ -169,6 +170,13 @@ class Settings(BaseSettings):
         if url and (not url.startswith(("http://", "https://")) or "?" in url or "#" in url or " " in url):
             raise ValueError("public_url must be an http:// or https:// address with no query, e.g. https://mt.example")
         return url
+
+    @field_validator("req_limit")
+    @classmethod
+    def _req_limit(cls, value: int) -> int:
+        if value > MAX_REQ_LIMIT:
+            raise ValueError(f"must be at most {MAX_REQ_LIMIT} requests a minute (0 = no limit), got {value}")
+        return value
 
     @field_validator("device")
     @classmethod

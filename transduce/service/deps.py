@@ -32,11 +32,12 @@ def get_pipeline(state: StateDep) -> PipelineLike:
     return state.pipeline
 
 
-def check_api_key(state: AppState, request: Request, body_key: str | None = None) -> None:
-    """401 without a key, 403 with a wrong one, when keys are configured; header ``Authorization: Bearer`` works too."""
+def check_api_key(state: AppState, request: Request, body_key: str | None = None) -> str | None:
+    """401 without a key, 403 with a wrong one, when keys are configured; header ``Authorization: Bearer`` works too.
+    The key it let the request in with (None when the server has no keys)."""
     keys = state.settings.keys
     if not keys:
-        return
+        return None
     key = body_key or request.query_params.get("api_key")
     auth = request.headers.get("authorization", "")
     if not key and auth.lower().startswith("bearer "):
@@ -45,6 +46,7 @@ def check_api_key(state: AppState, request: Request, body_key: str | None = None
         raise ApiError(401, "an API key is required: pass api_key in the body or 'Authorization: Bearer KEY'")
     if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
         raise ApiError(403, "invalid API key")
+    return key
 
 
 async def protected(request: Request, state: StateDep) -> None:

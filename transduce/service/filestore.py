@@ -96,8 +96,8 @@ class FileStore:
         """StoreFullError when ``size`` more bytes (one more file) would not fit. Under the lock."""
         if self.max_bytes and size > self.max_bytes:
             raise StoreFullError(
-                f"the translated file takes {size} bytes, more than the server keeps for downloads "
-                f"({self.max_bytes}, max_stored_bytes): split it",
+                f"a file of {size} bytes is more than the server keeps for downloads ({self.max_bytes} bytes, "
+                "max_stored_bytes): split it",
                 0,
             )
         live = self._live(now)

@@ -1,14 +1,17 @@
 """Requests per minute per client (``req_limit``, LibreTranslate's ``--req-limit``): one client sending as fast as it
 can no longer takes the whole queue from everybody else (the queue is fair between requests, not between clients).
 
-A token bucket per client address: a minute's worth of requests at once, then one every ``60 / req_limit`` seconds.
-The address is the connection's, or what a trusted proxy says it is (uvicorn reads ``X-Forwarded-For`` from the
-addresses in ``FORWARDED_ALLOW_IPS``, 127.0.0.1 by default). At most ``MAX_CLIENTS`` buckets are kept, the least
-recently used dropped first (a dropped bucket is a full one: a client with that many addresses gains nothing it
-could not have had from them anyway)."""
+A token bucket per client (``client_id``: its API key when the server has keys, else its address): a minute's worth of
+requests at once, then one every ``60 / req_limit`` seconds; checked once the key is (a request refused for its key
+takes nothing). The address is the connection's, or what a trusted proxy says it is (uvicorn reads ``X-Forwarded-For``
+from the addresses in ``FORWARDED_ALLOW_IPS``, 127.0.0.1 and ::1 by default). At most ``MAX_CLIENTS`` buckets are
+kept, the least recently used dropped first (a dropped bucket is a full one: a client with that many addresses gains
+nothing it could not have had from them anyway)."""
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import math
 import time
 from collections import OrderedDict
@@ -17,7 +20,7 @@ from starlette.requests import Request
 
 from transduce.service.errors import ApiError
 
-MAX_CLIENTS = 100_000  # buckets kept (about 150 bytes each)
+MAX_CLIENTS = 100_000  # buckets kept (about 260 bytes each: 26 MB)
 
 
 class RateLimiter:
@@ -48,18 +51,32 @@ class RateLimiter:
         return wait
 
 
-def client_address(request: Request) -> str:
-    """Who sent ``request``: its client address (a proxy's X-Forwarded-For, where uvicorn trusts the proxy)."""
-    return request.client.host if request.client is not None else "unknown"
+def client_id(request: Request, key: str | None) -> str:
+    """Whose bucket ``request`` takes from: its API key's when the server has keys (every client behind one address,
+    a NAT or an unconfigured proxy, was one client), else its address: an IPv4 one, or an IPv6 one's /64 network (a
+    client holds the whole /64); an address that is none (a unix socket, a proxy's header with junk in it) is one
+    shared "unknown" (the raw header was the key: any text, up to 64 KiB a bucket)."""
+    if key is not None:
+        return "key " + hashlib.sha256(key.encode()).hexdigest()[:32]
+    try:
+        address = ipaddress.ip_address(request.client.host if request.client is not None else "")
+    except ValueError:
+        return "unknown"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:  # ::ffff:1.2.3.4, an IPv4 client on a dual-stack socket
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
-def check_rate(limiter: RateLimiter, request: Request) -> None:
-    """429 with Retry-After when the request's client has used up its requests for now."""
-    wait = limiter.wait(client_address(request))
+def check_rate(limiter: RateLimiter, request: Request, key: str | None = None) -> None:
+    """429 with Retry-After when the request's client (``client_id``: ``key``, the API key it was let in with, when
+    the server has keys) has used up its requests for now."""
+    wait = limiter.wait(client_id(request, key))
     if wait:
         raise ApiError(
             429,
-            f"too many requests from {client_address(request)}: at most {limiter.per_minute} a minute (req_limit); "
+            f"too many requests: at most {limiter.per_minute} a minute from one client (req_limit); "
             f"retry in {math.ceil(wait)} s",
             {"Retry-After": str(math.ceil(wait))},
         )

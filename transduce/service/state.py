@@ -36,4 +36,4 @@ class AppState:
     stop_task: asyncio.Future[None] | None = None
     fatal: str | None = None  # start-up found nothing to serve (every model failed): `transduce serve` exits with it
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(0))  # req_limit per client
-    file_jobs: int = 0  # POST /translate_file requests being read, parsed or translated now (max_file_jobs)
+    file_jobs: int = 0  # POST /translate_file uploads being parsed or translated now (max_file_jobs)

@@ -37,9 +37,8 @@ OPENAPI_BODY = {
 )
 async def detect(request: Request, state: StateDep) -> list[DetectedLanguage]:
     """The model's languages, most likely first, each with a confidence from 0 (no evidence) to 100."""
-    check_rate(state.limiter, request)
     req = await read_body_as(request, state.settings, DetectRequest, "q")
-    check_api_key(state, request, req.api_key)
+    check_rate(state.limiter, request, check_api_key(state, request, req.api_key))
     pipeline = get_pipeline(state)
     text = req.q if isinstance(req.q, str) else "\n".join(req.q)
     if not text.strip():

@@ -286,12 +286,11 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     of text while it is translated: 160 MB for 200,000 characters of one-word table cells). The upload is read and
     the key checked first: clients without a key, sending slowly, held every slot."""
     started = time.monotonic()
-    check_rate(state.limiter, request)
     form = await _read_form(request, state.settings)
     upload, source, target, key = (form.get(field) for field in ("file", "source", "target", "api_key"))
     data = await upload.read() if isinstance(upload, UploadFile) else b""
     await form.close()  # the spooled upload
-    check_api_key(state, request, key if isinstance(key, str) else None)
+    check_rate(state.limiter, request, check_api_key(state, request, key if isinstance(key, str) else None))
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise ApiError(422, "file: send the file to translate as the multipart field 'file'")
     if not isinstance(source, str) or not isinstance(target, str) or not source or not target:

@@ -100,9 +100,8 @@ async def translate(request: Request, state: StateDep) -> TranslateResponse:
     """Translate ``q`` (a text or a list of texts) from ``source`` into ``target``; with ``source: "auto"`` the
     language of each text is detected (and answered in ``detectedLanguage``)."""
     started = time.monotonic()
-    check_rate(state.limiter, request)
     req = await read_translate_request(request, state.settings)
-    check_api_key(state, request, req.api_key)
+    check_rate(state.limiter, request, check_api_key(state, request, req.api_key))
     pipeline = get_pipeline(state)
     auto = known_case(pipeline.translator, req.source)[0] == AUTO  # AUTO or Auto too, as validation reads it
     detector = await get_detector(model_languages(pipeline.translator)) if auto else None
