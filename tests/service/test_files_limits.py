@@ -58,8 +58,11 @@ def parse_and_rebuild_s(name: str, text: str) -> float:
 def test_big_markup_files_are_read_and_rebuilt_in_linear_time(name: str, text: str) -> None:
     assert parse_and_rebuild_s(name, text) < 2.0
     if name == "marks.html":  # twice the paragraph: about twice the time, not four times
-        half = parse_and_rebuild_s(name, "<p>" + "<b>A</b>. " * 4000 + "</p>")
-        assert parse_and_rebuild_s(name, text) < 3 * half + 0.05
+        halves, wholes = [], []  # taken in turns, so that a slow spell of a shared machine slows both
+        for _ in range(2):
+            halves.append(parse_and_rebuild_s(name, "<p>" + "<b>A</b>. " * 4000 + "</p>"))
+            wholes.append(parse_and_rebuild_s(name, text))
+        assert min(wholes) < 3 * min(halves) + 0.05
 
 
 async def test_a_file_far_over_max_file_chars_is_refused_before_it_is_parsed() -> None:

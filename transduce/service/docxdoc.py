@@ -1,9 +1,9 @@
 """.docx for POST /translate_file (``documents.read_document``): each paragraph of the body, of its tables (nested ones
 too) and of its content controls, in document order, then of its headers, footers, footnotes and endnotes; not those
-of text boxes or comments, nor those Word fills itself (``_left_alone``). The text of the runs between hyperlinks goes
-into the one of them with the most text (which keeps its formatting; ``_Paragraph`` keeps sentences apart where the
-formatting changes between them), a hyperlink's text into the hyperlink, placed as in HTML; a line break inside a
-paragraph ends a sentence and stays where it was.
+of text boxes or comments, nor those Word fills itself (``_left_alone``), nor a header's or footer's holding a field
+(``_has_field``). The text of the runs between hyperlinks goes into the first of them (which keeps its formatting;
+``_Paragraph`` keeps sentences apart where the formatting changes between them), a hyperlink's text into the
+hyperlink, placed as in HTML; a line break inside a paragraph ends a sentence and stays where it was.
 
 The XML is walked with lxml's ``iterchildren``/``iter``, never with python-docx's XPath unions (``w:r | w:hyperlink``,
 ``w:t | w:br | ...``) or its table model: libxml2 merges a union's node sets in time quadratic in a parent's children
@@ -21,12 +21,12 @@ import re
 import unicodedata
 import zipfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
 from lxml import etree
 
-from transduce.engine.text import segment
 from transduce.service.documents import (
     DOCX_INFLATION,
     DOCX_TYPE,
@@ -137,51 +137,81 @@ def _lines(text: str) -> list[Node]:
     for k, line in enumerate(text.split("\n")):
         if k:
             nodes.append(Atom(_BREAK, hard_break=True))
-        for j, field in enumerate(line.split("\t")):
+        for j, cell in enumerate(line.split("\t")):
             if j:
                 nodes.append(Atom(_TAB, hard_break=True))
-            if field:
-                nodes.append(field)
+            if cell:
+                nodes.append(cell)
     return nodes
+
+
+@dataclass
+class _Parts:
+    """A paragraph cut for ``_Paragraph``: its nodes, and where each stretch of runs is."""
+
+    nodes: list[Node] = field(default_factory=list)
+    groups: list[list[Any]] = field(default_factory=lambda: [[]])  # each stretch's runs: around hyperlinks, apart
+    after: list[Any] = field(default_factory=lambda: [None])  # the hyperlink each stretch follows (None: none)
+    links: list[Any] = field(default_factory=list)  # the hyperlinks (CT_Hyperlink)
+    past: list[int] = field(default_factory=list)  # the stretch that follows each hyperlink
+    cuts: int = 0  # stretches apart where the formatting changes
+
+
+def _parts(paragraph: Any, *, cut: bool) -> _Parts:
+    """``paragraph``'s runs and hyperlinks as nodes; with ``cut``, a hard break where the formatting changes after
+    text that ends in punctuation (a sentence may end there: ``_Paragraph`` keeps the breaks only if the sentences
+    are the same with them as without)."""
+    out, tail, look = _Parts(), "", None  # the text before (its end), the formatting of the last run with text
+    for part in paragraph.iterchildren(_R, _HYPERLINK):
+        text = _text(part)
+        if part.tag == _HYPERLINK:
+            n = len(out.links)
+            out.links.append(part)
+            out.past.append(len(out.groups))
+            out.groups.append([])
+            out.after.append(part)
+            out.nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
+            tail, look = tail + text, None
+            continue
+        if text.strip():
+            mine = _look(part)
+            last = tail.rstrip()[-1:]
+            if cut and look is not None and mine != look and last and unicodedata.category(last).startswith("P"):
+                if out.cuts == _MAX_CUTS:  # (a hostile file's 50,000 runs of "A." in turns bold: read it whole)
+                    return _parts(paragraph, cut=False)
+                out.nodes.append(Atom(f"<s{len(out.groups)}>", hard_break=True))
+                out.groups.append([])
+                out.after.append(out.after[-1])
+                out.cuts += 1
+            look = mine
+        out.groups[-1].append(part)
+        out.nodes += _lines(text)
+        tail = (tail + text)[-_TAIL:]
+    return out
+
+
+_TAIL = 64  # characters of a paragraph's text kept to see whether it ends in punctuation
+_MAX_CUTS = 100  # changes of formatting between sentences a paragraph is cut at; beyond, none
 
 
 class _Paragraph:
     """A .docx paragraph: its runs and hyperlinks as a ``Unit`` (a hyperlink is an inline element, so its text is
     translated inside the sentence and put back into the hyperlink). Where the runs' formatting changes between two
     sentences (a bold "Warning." before plain text), a break the sentences have anyway keeps the stretches apart, so
-    each sentence's translation goes into a run formatted as its source was; within a stretch, into its run with the
-    most text (one bold word no longer made the whole paragraph bold)."""
+    each sentence's translation goes into a run formatted as its source was; within a stretch, into its first run
+    with text. The sentences sent are always those the paragraph has without the breaks (one that would change them,
+    after "Dr" in a hyperlink, say, drops them all)."""
 
     def __init__(self, paragraph: Any) -> None:
-        self.groups: list[list[Any]] = [[]]  # the runs (CT_R) of each stretch: around the hyperlinks, and apart
-        self.after: list[Any] = [None]  # the hyperlink each stretch follows (None: the paragraph's first)
-        self.links: list[Any] = []  # the hyperlinks (CT_Hyperlink)
-        self.past: list[int] = []  # the stretch that follows each hyperlink
-        nodes: list[Node] = []
-        before, look = "", None  # the stretch's text so far, and the formatting of its last run with text
-        for part in paragraph.iterchildren(_R, _HYPERLINK):
-            text = _text(part)
-            if part.tag == _HYPERLINK:
-                n = len(self.links)
-                self.links.append(part)
-                self.past.append(len(self.groups))
-                self.groups.append([])
-                self.after.append(part)
-                nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
-                before, look = "", None
-                continue
-            if text.strip():
-                mine = _look(part)
-                if look is not None and mine != look and _between_sentences(before, text):
-                    nodes.append(Atom(f"<s{len(self.groups)}>", hard_break=True))
-                    self.groups.append([])
-                    self.after.append(self.after[-1])
-                    before = ""
-                look = mine
-            self.groups[-1].append(part)
-            nodes += _lines(text)
-            before = (before + text)[-_CONTEXT:]
-        self.unit = Unit(nodes)
+        parts = _parts(paragraph, cut=True)
+        unit = Unit(parts.nodes)
+        if parts.cuts:
+            whole = _parts(paragraph, cut=False)
+            alone = Unit(whole.nodes)
+            if alone.sentences != unit.sentences:
+                parts, unit = whole, alone
+        self.groups, self.after, self.links, self.past = parts.groups, parts.after, parts.links, parts.past
+        self.unit = unit
 
     def write(self, translations: Sequence[str]) -> None:
         from docx.oxml import OxmlElement
@@ -207,9 +237,10 @@ class _Paragraph:
                 self.put(list(link.iterchildren(_R)), texts.get(("l", n), ""))
         for g, runs in enumerate(self.groups):
             text = texts.get(("g", g), "")
-            if not runs and text.strip():  # no run there: a new one, formatted as the paragraph's first run
+            if not runs and text.strip():  # no run there: a new one, formatted as the last run before it
                 run = OxmlElement("w:r")
-                template = next((r for rs in self.groups for r in rs), None)
+                earlier = [r for rs in self.groups[:g] for r in rs]
+                template = earlier[-1] if earlier else next((r for rs in self.groups for r in rs), None)
                 if template is not None and template.rPr is not None:
                     run.append(copy.deepcopy(template.rPr))
                 (self.after[g].addnext if self.after[g] is not None else self.links[0].addprevious)(run)
@@ -218,26 +249,12 @@ class _Paragraph:
 
     @staticmethod
     def put(runs: list[Any], text: str) -> None:
-        """``text`` into the run of ``runs`` that had the most text (keeping its formatting; the first of equals);
-        the others emptied."""
-        lengths = [len(_run_text(r)) for r in runs]
-        most = lengths.index(max(lengths)) if runs else -1
+        """``text`` into the first of ``runs`` that had text (keeping its formatting); the others emptied."""
+        first = next((r for r in runs if _run_text(r)), runs[0] if runs else None)
         for run in runs:
             _clear_text(run)
-        if runs:
-            _add_text(runs[most], text)
-
-
-_CONTEXT = 200  # characters on either side of a change of formatting that decide whether it is between sentences
-
-
-def _between_sentences(before: str, after: str) -> bool:
-    """Whether a run of ``after`` starts a sentence after ``before`` (the segmenter cuts there, as it will)."""
-    head, tail = before[-_CONTEXT:], after[:_CONTEXT]
-    last = head.rstrip()[-1:]
-    if not last or not unicodedata.category(last).startswith("P"):  # no sentence ends but at punctuation
-        return False
-    return segment(head + tail).sentences == segment(head).sentences + segment(tail).sentences
+        if first is not None:
+            _add_text(first, text)
 
 
 def _look(run: Any) -> bytes:
@@ -354,26 +371,37 @@ _NOTES = {  # parts python-docx reads as bytes alone, by content type: their roo
 }
 
 
-def _stories(doc: Any) -> tuple[list[Any], list[tuple[Any, Any]]]:
+def _stories(doc: Any) -> tuple[list[tuple[Any, bool]], list[tuple[Any, Any]]]:
     """Where a document's text is (Word's "stories"): the body, then each header and footer, footnotes and endnotes
-    (each part once, however many sections share it); and the parts python-docx keeps as bytes (footnotes,
-    endnotes), each with the tree read from it, to write back."""
+    (each part once, however many sections share it), each with whether it is a header or footer; and the parts
+    python-docx keeps as bytes (footnotes, endnotes), each with the tree read from it, to write back."""
     from docx.oxml.parser import parse_xml
 
-    stories, blobs = [doc.element.body], []
+    stories, blobs = [(doc.element.body, False)], []
     for part in doc.part.package.iter_parts():
         element = getattr(part, "element", None)
         if element is not None and element.tag in _HEADERS_FOOTERS:
-            stories.append(element)
+            stories.append((element, True))
+        elif element is not None and element.tag in _NOTES.values():  # (a python-docx that reads them)
+            stories.append((element, False))
         elif part.content_type in _NOTES:
             try:
                 root = parse_xml(part.blob)
             except etree.XMLSyntaxError:
                 continue  # (a broken part we cannot read: left as it is)
             if root.tag == _NOTES[part.content_type]:
-                stories.append(root)
+                stories.append((root, False))
                 blobs.append((part, root))
     return stories, blobs
+
+
+_FIELDS = (f"{_W}fldChar", f"{_W}fldSimple", f"{_W}instrText")
+
+
+def _has_field(paragraph: Any) -> bool:
+    """Whether a paragraph holds a field (a page number, a date): Word fills its result again when it shows a header
+    or footer, so one translated as text came back as "Seite 1 von 313" ("Page 1 of 3", its results emptied)."""
+    return next(paragraph.iter(*_FIELDS), None) is not None
 
 
 def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Document:
@@ -388,7 +416,7 @@ def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Documen
         raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
     found, size = [], 0
     stories, blobs = _stories(doc)
-    for paragraph in (p for story in stories for p in _paragraphs(story)):
+    for paragraph in (p for story, margin in stories for p in _paragraphs(story) if not (margin and _has_field(p))):
         text = _text(paragraph) if _visible(paragraph) else ""
         if text.strip():
             found.append(paragraph)
