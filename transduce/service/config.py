@@ -130,7 +130,7 @@ class Settings(BaseSettings):
         "worth at once); beyond: 429 + Retry-After; 0 = no limit",
     )
     max_file_jobs: int = Field(
-        4, description="files read, parsed or translated at once (POST /translate_file); beyond: 503 + Retry-After"
+        4, description="files parsed or translated at once (POST /translate_file); beyond: 503 + Retry-After"
     )
     file_ttl_s: float = Field(600.0, description="seconds a translated file can be downloaded before it is deleted")
     max_stored_bytes: int = Field(
