@@ -3,6 +3,8 @@ with Retry-After beyond; health, languages and downloads never counted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.service.harness import EN_DE, FakeTranslator, IsolatedSettings, serve
@@ -54,12 +56,13 @@ async def test_a_client_over_req_limit_gets_429_with_retry_after() -> None:
         IsolatedSettings(req_limit=-1)
 
 
-async def test_with_api_keys_each_key_is_a_client_and_a_refused_key_takes_nothing() -> None:
+async def test_with_api_keys_each_key_is_a_client_and_refused_keys_count_against_the_address() -> None:
     """Clients behind one address (a NAT, a proxy) shared one bucket, and a request without a key took from it
-    before its 401: with keys, the bucket is the key's, taken once the key is let in."""
+    before its 401: with keys, the bucket is the key's, taken once the key is let in; a request refused for its key
+    takes from its address's, so guessing keys is limited too."""
     async with serve(FakeTranslator(), req_limit=1, api_keys="k1,k2") as (client, _):
-        for _ in range(3):
-            assert (await client.post("/translate", json={"q": "Hi.", **EN_DE})).status_code == 401
+        refused = [(await client.post("/translate", json={"q": "Hi.", **EN_DE})).status_code for _ in range(3)]
+        assert refused == [401, 429, 429]
         first = await client.post("/translate", json={"q": "Hi.", **EN_DE, "api_key": "k1"})
         other = await client.post("/translate", json={"q": "Hi.", **EN_DE}, headers={"Authorization": "Bearer k2"})
         again = await client.post("/translate", json={"q": "Hi.", **EN_DE, "api_key": "k1"})
@@ -81,3 +84,21 @@ def test_a_client_is_its_address_its_ipv6_network_or_one_unknown() -> None:
     junk = "1.2.3.4, " * 7000  # what a proxy trusted with "*" may pass on from a client's X-Forwarded-For
     assert client_id(request(junk), None) == client_id(request(None), None) == "unknown"
     assert client_id(request("203.0.113.7"), "k1") == client_id(request("198.51.100.1"), "k1") != "k1"
+
+
+async def test_without_keys_a_client_over_its_limit_is_refused_before_its_body_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transduce.service.routers import translate
+
+    read: list[int] = []
+    real = translate.read_translate_request
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        read.append(1)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(translate, "read_translate_request", counting)
+    async with serve(FakeTranslator(), req_limit=1) as (client, _):
+        codes = [(await client.post("/translate", json={"q": "Hi.", **EN_DE})).status_code for _ in range(3)]
+    assert codes == [200, 429, 429] and len(read) == 1

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from transduce.service.errors import ApiError
 from transduce.service.pipeline import PipelineLike
+from transduce.service.ratelimit import check_rate
 from transduce.service.state import AppState
 
 
@@ -46,6 +47,27 @@ def check_api_key(state: AppState, request: Request, body_key: str | None = None
         raise ApiError(401, "an API key is required: pass api_key in the body or 'Authorization: Bearer KEY'")
     if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
         raise ApiError(403, "invalid API key")
+    return key
+
+
+def rate_before_body(state: AppState, request: Request) -> None:
+    """Without API keys a client is its address (``req_limit``): counted before its body is read (a client over its
+    limit made the server read and parse every body it sent, a file's up to max_file_bytes, to refuse it)."""
+    if not state.settings.keys:
+        check_rate(state.limiter, request)
+
+
+def accepted_key(state: AppState, request: Request, body_key: str | None = None) -> str | None:
+    """``check_api_key``; with keys, the request then counted against its key (``req_limit``), and one refused for
+    its key against its address: guessing keys is limited too (a 429 instead of the 401 or 403 once over)."""
+    try:
+        key = check_api_key(state, request, body_key)
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            check_rate(state.limiter, request)
+        raise
+    if key is not None:
+        check_rate(state.limiter, request, key)
     return key
 
 

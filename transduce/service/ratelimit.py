@@ -2,11 +2,12 @@
 can no longer takes the whole queue from everybody else (the queue is fair between requests, not between clients).
 
 A token bucket per client (``client_id``: its API key when the server has keys, else its address): a minute's worth of
-requests at once, then one every ``60 / req_limit`` seconds; checked once the key is (a request refused for its key
-takes nothing). The address is the connection's, or what a trusted proxy says it is (uvicorn reads ``X-Forwarded-For``
-from the addresses in ``FORWARDED_ALLOW_IPS``, 127.0.0.1 and ::1 by default). At most ``MAX_CLIENTS`` buckets are
-kept, the least recently used dropped first (a dropped bucket is a full one: a client with that many addresses gains
-nothing it could not have had from them anyway)."""
+requests at once, then one every ``60 / req_limit`` seconds; checked before the body is read when the server has no
+keys, else once the key is accepted, a request refused for its key counting against its address
+(``deps.accepted_key``). The address is the connection's, or what a trusted proxy says it is (uvicorn reads
+``X-Forwarded-For`` from the addresses in ``FORWARDED_ALLOW_IPS``, 127.0.0.1 and ::1 by default). At most
+``MAX_CLIENTS`` buckets are kept, the least recently used dropped first (a dropped bucket is a full one: a client with
+that many addresses gains nothing it could not have had from them anyway)."""
 
 from __future__ import annotations
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from transduce.service.deps import StateDep, check_api_key, get_pipeline
+from transduce.service.deps import StateDep, accepted_key, get_pipeline, rate_before_body
 from transduce.service.detect import get_detector
 from transduce.service.errors import ApiError
-from transduce.service.ratelimit import check_rate
 from transduce.service.request_body import read_body_as
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, DetectRequest
 from transduce.service.validation import check_chars, clean_text, model_languages
@@ -37,8 +36,9 @@ OPENAPI_BODY = {
 )
 async def detect(request: Request, state: StateDep) -> list[DetectedLanguage]:
     """The model's languages, most likely first, each with a confidence from 0 (no evidence) to 100."""
+    rate_before_body(state, request)
     req = await read_body_as(request, state.settings, DetectRequest, "q")
-    check_rate(state.limiter, request, check_api_key(state, request, req.api_key))
+    accepted_key(state, request, req.api_key)
     pipeline = get_pipeline(state)
     text = req.q if isinstance(req.q, str) else "\n".join(req.q)
     if not text.strip():

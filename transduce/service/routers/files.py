@@ -28,14 +28,13 @@ from starlette.types import Message, Receive
 
 from transduce.engine.text import segment, split_long
 from transduce.service.config import Settings
-from transduce.service.deps import StateDep, check_api_key, get_pipeline
+from transduce.service.deps import StateDep, accepted_key, get_pipeline, rate_before_body
 from transduce.service.detect import MAX_DETECT_CHARS, get_detector
 from transduce.service.documents import MEDIA_TYPES, Document, read_document, too_many_chars
 from transduce.service.errors import ApiError
 from transduce.service.filestore import StoreFullError, ascii_name, disk_full
 from transduce.service.glossary import mask_text
 from transduce.service.observability import RequestTiming
-from transduce.service.ratelimit import check_rate
 from transduce.service.request_body import content_type
 from transduce.service.routers.translate import until_disconnect
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest
@@ -286,11 +285,12 @@ async def translate_file(request: Request, state: StateDep) -> FileTranslation:
     of text while it is translated: 160 MB for 200,000 characters of one-word table cells). The upload is read and
     the key checked first: clients without a key, sending slowly, held every slot."""
     started = time.monotonic()
+    rate_before_body(state, request)
     form = await _read_form(request, state.settings)
     upload, source, target, key = (form.get(field) for field in ("file", "source", "target", "api_key"))
     data = await upload.read() if isinstance(upload, UploadFile) else b""
     await form.close()  # the spooled upload
-    check_rate(state.limiter, request, check_api_key(state, request, key if isinstance(key, str) else None))
+    accepted_key(state, request, key if isinstance(key, str) else None)
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise ApiError(422, "file: send the file to translate as the multipart field 'file'")
     if not isinstance(source, str) or not isinstance(target, str) or not source or not target:

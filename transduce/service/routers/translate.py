@@ -9,10 +9,9 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
 
-from transduce.service.deps import StateDep, check_api_key, get_pipeline
+from transduce.service.deps import StateDep, accepted_key, get_pipeline, rate_before_body
 from transduce.service.detect import get_detector
 from transduce.service.errors import ApiError
-from transduce.service.ratelimit import check_rate
 from transduce.service.request_body import read_translate_request
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, TranslateRequest, TranslateResponse
 from transduce.service.validation import AUTO, known_case, model_languages, validate_request
@@ -100,8 +99,9 @@ async def translate(request: Request, state: StateDep) -> TranslateResponse:
     """Translate ``q`` (a text or a list of texts) from ``source`` into ``target``; with ``source: "auto"`` the
     language of each text is detected (and answered in ``detectedLanguage``)."""
     started = time.monotonic()
+    rate_before_body(state, request)
     req = await read_translate_request(request, state.settings)
-    check_rate(state.limiter, request, check_api_key(state, request, req.api_key))
+    accepted_key(state, request, req.api_key)
     pipeline = get_pipeline(state)
     auto = known_case(pipeline.translator, req.source)[0] == AUTO  # AUTO or Auto too, as validation reads it
     detector = await get_detector(model_languages(pipeline.translator)) if auto else None
