@@ -171,7 +171,7 @@ def _parts(paragraph: Any, *, cut: bool) -> _Parts:
             out.groups.append([])
             out.after.append(part)
             out.nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
-            tail, look = tail + text, None
+            tail, look = (tail + text)[-_TAIL:], None
             continue
         if text.strip():
             mine = _look(part)
@@ -217,7 +217,7 @@ class _Paragraph:
         from docx.oxml import OxmlElement
 
         texts: dict[tuple[str, int], str] = {}
-        where, group = ("g", 0), 0
+        where = ("g", 0)
         for token in re.split(r"(</?[kl]\d+>|<s\d+>|<br>|<tab>)", self.unit.render(translations, ())):
             tag = re.fullmatch(r"<(/?)([kls])(\d+)>", token)
             if token in (_BREAK, _TAB):  # written back as a w:br, a w:tab
@@ -225,26 +225,25 @@ class _Paragraph:
             elif tag is None:
                 texts[where] = texts.get(where, "") + unescape(token, {})
             elif tag.group(2) == "s":  # a stretch of other formatting
-                group = int(tag.group(3))
-                where = ("g", group)
+                where = ("g", int(tag.group(3)))
             elif tag.group(2) == "l" and not tag.group(1):
                 where = ("l", int(tag.group(3)))
             else:  # past a hyperlink
-                group = self.past[int(tag.group(3))]
-                where = ("g", group)
+                where = ("g", self.past[int(tag.group(3))])
         for n, link in enumerate(self.links):
             if _text(link).strip():
                 self.put(list(link.iterchildren(_R)), texts.get(("l", n), ""))
+        template = next((r for rs in self.groups for r in rs), None)  # the last run so far (before any: the first)
         for g, runs in enumerate(self.groups):
             text = texts.get(("g", g), "")
             if not runs and text.strip():  # no run there: a new one, formatted as the last run before it
                 run = OxmlElement("w:r")
-                earlier = [r for rs in self.groups[:g] for r in rs]
-                template = earlier[-1] if earlier else next((r for rs in self.groups for r in rs), None)
                 if template is not None and template.rPr is not None:
                     run.append(copy.deepcopy(template.rPr))
                 (self.after[g].addnext if self.after[g] is not None else self.links[0].addprevious)(run)
-                runs = [run]
+                self.put([run], text)
+                continue
+            template = runs[-1] if runs else template
             self.put(runs, text)
 
     @staticmethod

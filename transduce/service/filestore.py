@@ -122,8 +122,9 @@ class FileStore:
         StoreFullError when it does not fit the limits or the disk is full."""
         file_id, safe = uuid.uuid4().hex, safe_name(name)
         with self._lock:
-            self._room(len(data), time.time())
-            self._saved[file_id] = (len(data), time.time())  # its room, taken before it is written
+            now = time.time()
+            self._room(len(data), now)
+            self._saved[file_id] = (len(data), now)  # its room, taken before it is written
         folder = self.root / file_id
         try:
             folder.mkdir()

@@ -170,7 +170,7 @@ def split_by(matchers: Sequence[Matcher], text: str) -> list[str | Term]:
         if start > at:
             pieces.append(text[at:start])
         term = text[start:-minus_end]
-        owner = next((m for m in matchers[:i] if m.has(fold(term))), matchers[i]) if i else matchers[i]
+        owner = next((m for m in matchers[:i] if m.has(fold(term))), matchers[i])
         pieces.append(Term(term, owner.target(term)))
         at = -minus_end
     return [*pieces, text[at:]] if at < len(text) or not pieces else pieces

@@ -32,6 +32,8 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from transduce.engine.text import Segmented, segment
 from transduce.service.errors import ApiError
 from transduce.service.htmlkept import (
+    BLANK,
+    BLANKS,
     LEADING,
     children,
     comment_html,
@@ -67,8 +69,7 @@ TRANSLATED_ATTRIBUTES = frozenset(("title", "alt", "placeholder", "aria-label"))
 # spaces was tried against every ".", and nested elements test the same text again: 29 s for one 5,000-character q)
 _HANDLE = re.compile(r"[@#]\S+|(?:https?://|www\.)\S+|[^\s@]+@\S+\.\w+")
 _DOCUMENT = re.compile(rf"{LEADING}<(?:!doctype|(?:html|head|body)[\s>/])", re.IGNORECASE | re.DOTALL)
-_BLANKS = "\t\n\f\r "  # HTML's whitespace
-_LAST_TAG = re.compile(r"</(?:body|html)[\t\n\f\r ]*>\Z", re.IGNORECASE)  # where blanks after it are the file's own
+_LAST_TAG = re.compile(rf"</(?:body|html){BLANK}*>\Z", re.IGNORECASE)  # where blanks after it are the file's own
 _LAST_TAG_LENGTH = 64  # characters at a document's end that _LAST_TAG reads
 _DOCTYPE = re.compile(rf"{LEADING}(<!doctype\b[^>]*>)", re.IGNORECASE | re.DOTALL)  # up to its first >
 _XML_PROLOG = re.compile(r"\s*<\?xml\b[^>]*\?>\s*", re.IGNORECASE)  # an XHTML file's first line: kept as written
@@ -344,8 +345,8 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
     if _DOCUMENT.match(text):
         # blanks before the first tag and after </body> or </html>, as written: a parser drops the first and moves the
         # others into the body (a file ending "</html>\n" came back ending "\n</body></html>")
-        lead = text[: len(text) - len(text.lstrip(_BLANKS))]
-        body = text.rstrip(_BLANKS)
+        lead = text[: len(text) - len(text.lstrip(BLANKS))]
+        body = text.rstrip(BLANKS)
         trail = text[len(body) :] if _LAST_TAG.search(body[-_LAST_TAG_LENGTH:]) else ""
         text = text[len(lead) : len(text) - len(trail)]
         builder.parts.append(lead)
@@ -361,7 +362,7 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
             elif node.tag == "-doctype" and doctype is not None:  # as written: Lexbor writes <!DOCTYPE html> for any,
                 builder.parts.append(doctype.group(1))  # and a page's public id decides its quirks mode
                 after = text[doctype.end(1) :]
-                builder.parts.append(after[: len(after) - len(after.lstrip(_BLANKS))])  # its line end, as written
+                builder.parts.append(after[: len(after) - len(after.lstrip(BLANKS))])  # its line end, as written
             else:
                 builder.parts.append(outer_html(node))
         builder.flush()

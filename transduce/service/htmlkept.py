@@ -39,7 +39,9 @@ CONTEXT = {
 # a comment as the tokenizer ends one ("<!-->" and "<!--->" too, "--!>" as "-->"), atomic: a run of comments matches
 # in linear time (with backtracking into ".*?", 30 empty comments took minutes); blanks as HTML's five
 COMMENT = r"(?><!--(?:>|->|.*?--!?>))"
-LEADING = rf"(?>[\t\n\f\r ]*(?:{COMMENT}[\t\n\f\r ]*)*)"  # blanks and comments before a document's first tag
+BLANKS = "\t\n\f\r "  # HTML's whitespace (not Python's, nor the no-break space)
+BLANK = r"[\t\n\f\r ]"
+LEADING = rf"(?>{BLANK}*(?:{COMMENT}{BLANK}*)*)"  # blanks and comments before a document's first tag
 _FIRST_TAG = re.compile(rf"{LEADING}<([A-Za-z][A-Za-z0-9]*)", re.DOTALL)
 
 
