@@ -258,6 +258,21 @@ async def test_a_docx_translates_its_headers_footers_and_footnotes() -> None:
     assert "<w:separator/>" in notes and "<w:footnoteRef/>" in notes and "> FOOTNOTE. A</w:t>" in notes
 
 
+async def test_a_docx_whose_footnotes_are_broken_is_refused() -> None:
+    """A footnotes part that is not XML was passed over: the body came back translated, its notes not, without a
+    word. It is a 400 naming the part, as a broken body is."""
+    document = docx.Document()
+    document.add_paragraph("Body text.")
+    data = io.BytesIO()
+    document.save(data)
+    fake = FakeTranslator()
+    async with serve(fake) as (client, _):
+        r = await upload(client, "notes.docx", with_footnote(data.getvalue(), "A <broken footnote."))
+    assert r.status_code == 400
+    assert r.json()["error"].startswith("notes.docx is not a readable .docx file: its part /word/footnotes.xml is not")
+    assert fake.translated[1:] == []
+
+
 async def test_a_docx_leaves_alone_what_word_fills_itself() -> None:
     """Paragraphs Word fills itself are not translated: a table of contents (as text, its page numbers would be the
     model's and its fields emptied), a content control bound to data or showing its placeholder, an older reader's

@@ -222,3 +222,27 @@ async def test_a_file_is_sent_in_requests_within_max_queue_items_sentences() -> 
         got = await fetch(client, await upload(client, "short.txt", "\n".join(lines).encode()))
     assert got.text.split("\n") == [lines[0].upper()] + ["ONE. TWO. THREE."] * 10
     assert max(map(len, fake.calls[1:])) <= 8  # once a 413: "request has 12 sentences, over the limit of 8"
+
+
+async def test_an_alignment_tab_comes_back_with_its_alignment_and_leader() -> None:
+    """An alignment tab (w:ptab: a header's "Title<centred tab>Draft", a leader of dots) came back as a plain tab,
+    so the text after it lost its place. Each tab comes back as the element it was."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    document = docx.Document()
+    paragraph = document.add_paragraph()
+    run = paragraph.add_run("Annual report")
+    ptab = OxmlElement("w:ptab")
+    for name, value in (("w:relativeTo", "margin"), ("w:alignment", "right"), ("w:leader", "dot")):
+        ptab.set(qn(name), value)
+    run._r.append(ptab)
+    run._r.append(OxmlElement("w:tab"))
+    run._r.add_t("First draft")
+    fake, result = await round_trip(document, "ptab.docx")
+    assert fake.translated[1:] == ["Annual report", "First draft"]
+    (written,) = result.paragraphs
+    assert written.text == "REPORT ANNUAL\t\tDRAFT FIRST"
+    tabs = written._p.xpath("./w:r/w:ptab | ./w:r/w:tab")
+    assert [t.tag.rsplit("}", 1)[1] for t in tabs] == ["ptab", "tab"]
+    assert [tabs[0].get(qn(n)) for n in ("w:relativeTo", "w:alignment", "w:leader")] == ["margin", "right", "dot"]

@@ -47,6 +47,7 @@ from transduce.service.markdowndoc import unescape
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _P, _R, _HYPERLINK = f"{_W}p", f"{_W}r", f"{_W}hyperlink"
 _RUN_TEXT = tuple(f"{_W}{tag}" for tag in ("br", "cr", "noBreakHyphen", "ptab", "t", "tab"))  # python-docx's CT_R.text
+_TABS = (f"{_W}tab", f"{_W}ptab")  # a run's tabs (a w:tab under w:tabs is a tab stop, not one of these)
 _SHOWN = (f"{_W}t", f"{_W}noBreakHyphen")  # where a run's text can be other than blank
 
 
@@ -117,10 +118,16 @@ def _clear_text(run: Any) -> None:
         run.remove(child)
 
 
-def _add_text(run: Any, text: str) -> None:
+def _add_text(run: Any, text: str, tabs: Iterator[Any]) -> None:
+    """``text`` into ``run``: each tab as the next of ``tabs`` (the paragraph's own, so an alignment tab, w:ptab, keeps
+    its alignment and leader; a plain w:tab when none is left)."""
     for piece in re.split(r"(\t|\n)", text):
         if piece == "\t":
-            run.add_tab()
+            tab = next(tabs, None)
+            if tab is None:
+                run.add_tab()
+            else:
+                run.append(copy.deepcopy(tab))
         elif piece == "\n":
             run.add_br()
         elif piece:
@@ -212,16 +219,22 @@ class _Paragraph:
                 parts, unit = whole, alone
         self.groups, self.after, self.links, self.past = parts.groups, parts.after, parts.links, parts.past
         self.unit = unit
+        runs = (run for part in paragraph.iterchildren(_R, _HYPERLINK) for run in _runs(part))
+        self.tabs = [t for run in runs for t in run.iterchildren(*_TABS)]  # in document order, as they come back
 
     def write(self, translations: Sequence[str]) -> None:
         from docx.oxml import OxmlElement
 
         texts: dict[tuple[str, int], str] = {}
-        where = ("g", 0)
+        tabs: dict[tuple[str, int], list[Any]] = {}  # the paragraph's own tabs, where each comes back
+        where, next_tab = ("g", 0), iter(self.tabs)
         for token in re.split(r"(</?[kl]\d+>|<s\d+>|<br>|<tab>)", self.unit.render(translations, ())):
             tag = re.fullmatch(r"<(/?)([kls])(\d+)>", token)
             if token in (_BREAK, _TAB):  # written back as a w:br, a w:tab
                 texts[where] = texts.get(where, "") + ("\n" if token == _BREAK else "\t")
+                tab = next(next_tab, None) if token == _TAB else None
+                if tab is not None:
+                    tabs.setdefault(where, []).append(tab)
             elif tag is None:
                 texts[where] = texts.get(where, "") + unescape(token, {})
             elif tag.group(2) == "s":  # a stretch of other formatting
@@ -232,7 +245,7 @@ class _Paragraph:
                 where = ("g", self.past[int(tag.group(3))])
         for n, link in enumerate(self.links):
             if _text(link).strip():
-                self.put(list(link.iterchildren(_R)), texts.get(("l", n), ""))
+                self.put(list(link.iterchildren(_R)), texts.get(("l", n), ""), tabs.get(("l", n), []))
         template = next((r for rs in self.groups for r in rs), None)  # the last run so far (before any: the first)
         for g, runs in enumerate(self.groups):
             text = texts.get(("g", g), "")
@@ -241,19 +254,19 @@ class _Paragraph:
                 if template is not None and template.rPr is not None:
                     run.append(copy.deepcopy(template.rPr))
                 (self.after[g].addnext if self.after[g] is not None else self.links[0].addprevious)(run)
-                self.put([run], text)
+                self.put([run], text, tabs.get(("g", g), []))
                 continue
             template = runs[-1] if runs else template
-            self.put(runs, text)
+            self.put(runs, text, tabs.get(("g", g), []))
 
     @staticmethod
-    def put(runs: list[Any], text: str) -> None:
+    def put(runs: list[Any], text: str, tabs: list[Any]) -> None:
         """``text`` into the first of ``runs`` that had text (keeping its formatting); the others emptied."""
         first = next((r for r in runs if _run_text(r)), runs[0] if runs else None)
         for run in runs:
             _clear_text(run)
         if first is not None:
-            _add_text(first, text)
+            _add_text(first, text, iter(tabs))
 
 
 def _look(run: Any) -> bytes:
@@ -370,10 +383,11 @@ _NOTES = {  # parts python-docx reads as bytes alone, by content type: their roo
 }
 
 
-def _stories(doc: Any) -> tuple[list[tuple[Any, bool]], list[tuple[Any, Any]]]:
+def _stories(name: str, doc: Any) -> tuple[list[tuple[Any, bool]], list[tuple[Any, Any]]]:
     """Where a document's text is (Word's "stories"): the body, then each header and footer, footnotes and endnotes
     (each part once, however many sections share it), each with whether it is a header or footer; and the parts
-    python-docx keeps as bytes (footnotes, endnotes), each with the tree read from it, to write back."""
+    python-docx keeps as bytes (footnotes, endnotes), each with the tree read from it, to write back. One of those
+    that is not XML is a 400, as a broken body is (Word does not open such a file either)."""
     from docx.oxml.parser import parse_xml
 
     stories, blobs = [(doc.element.body, False)], []
@@ -386,8 +400,9 @@ def _stories(doc: Any) -> tuple[list[tuple[Any, bool]], list[tuple[Any, Any]]]:
         elif part.content_type in _NOTES:
             try:
                 root = parse_xml(part.blob)
-            except etree.XMLSyntaxError:
-                continue  # (a broken part we cannot read: left as it is)
+            except etree.XMLSyntaxError as exc:  # (its notes had been left untranslated without a word)
+                problem = f"its part {part.partname} is not well-formed XML ({exc.msg})"
+                raise ApiError(400, f"{name} is not a readable .docx file: {problem}") from None
             if root.tag == _NOTES[part.content_type]:
                 stories.append((root, False))
                 blobs.append((part, root))
@@ -414,7 +429,7 @@ def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Documen
     except Exception as exc:  # noqa: BLE001 - a broken zip or XML raises many types: all mean "not a .docx"
         raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
     found, size = [], 0
-    stories, blobs = _stories(doc)
+    stories, blobs = _stories(name, doc)
     for paragraph in (p for story, margin in stories for p in _paragraphs(story) if not (margin and _has_field(p))):
         text = _text(paragraph) if _visible(paragraph) else ""
         if text.strip():
