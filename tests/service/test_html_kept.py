@@ -142,6 +142,25 @@ def test_a_document_without_the_tags_the_parser_adds_parses_back_the_same(html: 
 
 
 @pytest.mark.parametrize(
+    "html",
+    [
+        '<table translate="no"><tr><td>Keep</td></tr></table><p>Hi.</p>',
+        '<div class="notranslate"><table><col span="2"><tr><td>Keep</td></tr></table></div><p>Hi.</p>',
+        '<div>Hi <table translate="no"><tr><td>x</td></tr></table> there.</div>',
+        '<!DOCTYPE html><table translate="no"><tr><td>Keep</td></tr></table><p>Hi.</p>',
+    ],
+)
+def test_a_kept_table_comes_back_without_the_tags_the_parser_adds(html: str) -> None:
+    """A table sent back untranslated had gained the ``<tbody>`` (and ``<colgroup>``) the parser puts in, which a
+    translated table does not get: both come back as written."""
+    out = kept(html)
+    assert "tbody" not in out and "colgroup" not in out, out
+    assert LexborHTMLParser(out, scripting=True).html == LexborHTMLParser(html, scripting=True).html, out
+    written = '<table translate="no"><tbody><tr><td>Keep</td></tr></tbody></table><p>Hi.</p>'
+    assert kept(written).count("tbody") == 2  # written: kept
+
+
+@pytest.mark.parametrize(
     ("html", "expected"),
     [
         ("<col span=2>Hello <b>world</b><p>Good night</p>", '<col span="2">Hello <b>world</b><p>Good night</p>'),

@@ -210,6 +210,14 @@ class _Builder:
             self.slots.append(unit)
         self.parts.append(unit)
 
+    def kept(self, node: LexborNode) -> str:
+        """``node`` as it came (``outer_html``), without the tags of a table's tbody or colgroup that the parser put
+        in where the HTML has none (a kept table had come back with a ``<tbody>`` its translated twin did not get)."""
+        html = outer_html(node)
+        for name in self.implied & _IN_TABLES:
+            html = html.replace(f"<{name}>", "").replace(f"</{name}>", "")
+        return html
+
     def tag(self, node: LexborNode) -> Tag:
         """The element's tags; ``title``, ``alt``, ``placeholder`` and ``aria-label`` become translated slots."""
         name = node.tag or ""
@@ -237,7 +245,7 @@ class _Builder:
 
     def block(self, node: LexborNode, depth: int) -> None:
         if node.tag in KEPT_BLOCK or _translate_no(node):
-            self.parts.append(outer_html(node))
+            self.parts.append(self.kept(node))
             return
         if node.tag in self.implied and not node.attributes:
             self.children(node, depth)
@@ -260,12 +268,12 @@ class _Builder:
         if depth > MAX_DEPTH:
             raise ApiError(400, f"q nests HTML elements more than {MAX_DEPTH} deep: send it with less nesting")
         if name in VOID:
-            return Atom(self.tag(node) if not _translate_no(node) else outer_html(node), name in SILENT, name == "br")
+            return Atom(self.tag(node) if not _translate_no(node) else self.kept(node), name in SILENT, name == "br")
         if name in KEPT_INLINE or _translate_no(node):
-            return Atom(outer_html(node), silent=name in SILENT)
+            return Atom(self.kept(node), silent=name in SILENT)
         text = node.text(deep=True) or ""
         if not text or _HANDLE.fullmatch(text.strip()):
-            return Atom(outer_html(node))  # empty (an anchor), or a mention, hashtag or link written out
+            return Atom(self.kept(node))  # empty (an anchor), or a mention, hashtag or link written out
         tag = self.tag(node)
         return Inline(tag, [self.inline(child, depth + 1) for child in children(node)])
 
@@ -301,6 +309,9 @@ def outer_html(node: LexborNode) -> str:
 # elements the parser puts in where the HTML leaves them out (a document's html, head and body, a table's tbody and
 # colgroup); an end tag alone decides where content goes (a comment after "</body>" stays after the body)
 _OPTIONAL = {name: re.compile(rf"</?{name}[\s/>]", re.I) for name in ("html", "head", "body", "tbody", "colgroup")}
+
+
+_IN_TABLES = frozenset(("tbody", "colgroup"))  # the ``_OPTIONAL`` elements a kept subtree can hold
 
 
 def _implied(text: str) -> frozenset[str]:
