@@ -81,6 +81,7 @@ def test_a_client_is_its_address_its_ipv6_network_or_one_unknown() -> None:
     assert client_id(request("::ffff:203.0.113.7"), None) == "203.0.113.7"  # IPv4 on a dual-stack socket
     assert client_id(request("2001:db8:1:2:aaaa::1"), None) == client_id(request("2001:db8:1:2::9"), None)
     assert client_id(request("2001:db8:1:2::9"), None) == "2001:db8:1:2::/64"  # a client holds its whole /64
+    assert client_id(request("::1"), None) == "::1"  # not ::/64, with ::1.2.3.4 and the like
     junk = "1.2.3.4, " * 7000  # what a proxy trusted with "*" may pass on from a client's X-Forwarded-For
     assert client_id(request(junk), None) == client_id(request(None), None) == "unknown"
     assert client_id(request("203.0.113.7"), "k1") == client_id(request("198.51.100.1"), "k1") != "k1"

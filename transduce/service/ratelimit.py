@@ -66,6 +66,8 @@ def client_id(request: Request, key: str | None) -> str:
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:  # ::ffff:1.2.3.4, an IPv4 client on a dual-stack socket
             return str(address.ipv4_mapped)
+        if address.is_loopback:  # ::1 alone (its /64, ::/64, holds the IPv4-compatible addresses too)
+            return str(address)
         return str(ipaddress.IPv6Network((address, 64), strict=False))
     return str(address)
 
