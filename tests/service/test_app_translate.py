@@ -275,6 +275,18 @@ def test_a_default_beam_over_max_beam_size_is_refused_when_the_settings_are_made
     assert IsolatedSettings(default_beam_size=4, max_beam_size=4).default_beam_size == 4
 
 
+async def test_suggest_and_spec_answer_as_libretranslate_does() -> None:
+    """/suggest was a 404 (clients read it as a wrong URL): a 403 as LibreTranslate's with suggestions off; /spec, where
+    LibreTranslate describes its API, is the OpenAPI document."""
+    async with serve(FakeTranslator()) as (client, _):
+        suggest = await client.post("/suggest", data={"q": "Hi", "s": "Hallo", "source": "en", "target": "de"})
+        spec = await client.get("/spec")
+        settings = (await client.get("/frontend/settings")).json()
+    assert suggest.status_code == 403 and suggest.json() == {"error": "suggestions are disabled on this server"}
+    assert settings["suggestions"] is False
+    assert spec.status_code == 200 and "/translate" in spec.json()["paths"] and "/spec" not in spec.json()["paths"]
+
+
 async def test_languages_in_libretranslate_shape() -> None:
     fake = FakeTranslator(pairs=[("en", "de"), ("de", "en"), ("fr", "en"), ("en", "fr")])
     async with serve(fake) as (client, _):

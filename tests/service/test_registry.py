@@ -102,6 +102,7 @@ async def test_languages_are_the_union_with_the_targets_reached_through_english(
     assert languages == [
         {"code": "de", "name": "German", "targets": ["en", "es", "fr"], "pivot_targets": ["es", "fr"]},
         {"code": "en", "name": "English", "targets": ["de", "es", "fr"], "pivot_targets": []},
+        {"code": "es", "name": "Spanish", "targets": [], "pivot_targets": []},  # written, not read: listed all the same
         {"code": "fr", "name": "French", "targets": ["de", "en", "es"], "pivot_targets": ["de", "es"]},
     ]
     assert ready.status_code == 200

@@ -309,6 +309,23 @@ def test_api_key_field_when_the_server_requires_one(browser: Any, default_transl
         assert "Too many requests from here" in browser.find_element(By.ID, "error").text
 
 
+def test_a_language_the_server_only_writes_is_a_target_not_a_source(browser: Any) -> None:
+    """/languages lists a language the server only translates into (with no targets of its own); the page does not
+    offer it as a source, where it would have had nothing to translate into."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from tests.service.harness import FakeTranslator
+
+    with live_server(FakeTranslator(pairs=[("en", "de")])) as url:
+        assert [lang["code"] for lang in httpx.get(url + "/languages").json()] == ["de", "en"]
+        browser.get(url + "/")
+        WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+        sources = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "source")).options]
+        targets = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "target")).options]
+    assert (sources, targets) == (["auto", "en"], ["de"])
+
+
 def test_page_details_from_a_browser_probe(browser: Any, default_translator: Translator) -> None:
     """The counter counts characters as the server does, a 413 for sentences says so, swap keeps edited text and
     uses the detected language, the tabs take arrow keys, the controls wait for the languages, long names wrap."""

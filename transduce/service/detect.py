@@ -145,6 +145,13 @@ class LanguageDetector:
         return total
 
 
+def detect_order(languages: Iterable[str]) -> list[str]:
+    """``POST /detect``'s candidates in the order ties are broken: English first, then sorted, so a text without
+    evidence (emoji, numbers) is English at confidence 0, as LibreTranslate answers and as ``source: "auto"`` reads
+    it when English is a candidate there (the first code, "de", had tagged such posts German)."""
+    return sorted(languages, key=lambda code: (code.split("-")[0].lower() != "en", code))
+
+
 _NOT_LANGUAGE = frozenset({"Sm", "Sc", "Sk", "So", "Cc", "Cf", "Co", "Cs", "Cn"})  # Unicode general categories
 _JOINERS = frozenset("\u200c\u200d")  # zero-width non-joiner and joiner: format characters of Persian, Indic words
 

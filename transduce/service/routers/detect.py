@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from transduce.service.deps import StateDep, accepted_key, get_pipeline, rate_before_body
-from transduce.service.detect import get_detector
+from transduce.service.detect import detect_order, get_detector
 from transduce.service.errors import ApiError
 from transduce.service.request_body import read_body_as
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, DetectRequest
@@ -46,7 +46,7 @@ async def detect(request: Request, state: StateDep) -> list[DetectedLanguage]:
     check_chars(len(text), state.settings)
     languages = model_languages(pipeline.translator)
     detector = await get_detector(languages)
-    ranked = detector.rank(clean_text(text), detector.languages)
+    ranked = detector.rank(clean_text(text), detect_order(detector.languages))
     if not ranked:
         raise ApiError(400, f"language detection knows none of the model's languages ({', '.join(languages)})")
     return [DetectedLanguage(language=d.language, confidence=d.confidence) for d in ranked]

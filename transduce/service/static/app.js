@@ -317,7 +317,7 @@ async function init() {
     $("api-key").value = localStorage.getItem(KEY_STORAGE) || "";
   }
   $("source").add(new Option("Detect language", "auto"));
-  for (const lang of languages) $("source").add(new Option(lang.name, lang.code));
+  for (const lang of languages.filter((l) => l.targets.length)) $("source").add(new Option(lang.name, lang.code));
   if (languages.some((l) => l.code === "en")) $("source").value = "en";
   fillTargets();
   updateCounter();
