@@ -163,12 +163,14 @@ async def test_a_docx_file_translates_nested_tables_and_content_controls_in_docu
 async def test_docx_formatting_that_changes_between_sentences_stays_with_them() -> None:
     """All of a paragraph's text went into its first run: a bold "Warning." made the whole translation bold, an
     italic sentence lost its italics. A change of formatting between two sentences now keeps each sentence's
-    translation in a run formatted as its source; inside a sentence, its first run gives its look, as before."""
+    translation in a run formatted as its source. A label in a look of its own that starts a paragraph ("Note:") is a
+    sentence of its own (it made the whole paragraph bold); inside a sentence, the look of most of its text is kept
+    (it was the first run's: a bold "Dr." made the sentence bold)."""
     document = docx.Document()
     for pieces in (
         [("Warning.", "b"), (" Do not open the case. It is hot.", "")],
         [("First one. ", ""), ("Second in italics. ", "i"), ("Third one.", "")],
-        [("Note:", "b"), (" save your work before you close it.", "")],  # one sentence: its first run's
+        [("Note:", "b"), (" save your work before you close it.", "")],  # a label
         [("Dr.", "b"), (" Smith is here.", "")],  # no sentence ends after an abbreviation
     ):
         paragraph = document.add_paragraph()
@@ -183,20 +185,45 @@ async def test_docx_formatting_that_changes_between_sentences_stays_with_them() 
         "First one.",
         "Second in italics.",
         "Third one.",
-        "Note: save your work before you close it.",
+        "Note:",
+        "save your work before you close it.",
         "Dr. Smith is here.",
     ]
     looks = [[(r.text, r.bold, r.italic) for r in p.runs if r.text] for p in result.paragraphs]
     assert looks == [
         [("WARNING.", True, False), (" CASE. THE OPEN NOT DO HOT. IS IT", False, False)],
         [("ONE. FIRST ", False, False), ("ITALICS. IN SECOND ", False, True), ("ONE. THIRD", False, False)],
-        [("IT. CLOSE YOU BEFORE WORK YOUR SAVE NOTE:", True, False)],
-        [("HERE. IS SMITH DR.", True, False)],
+        [("NOTE:", True, False), (" IT. CLOSE YOU BEFORE WORK YOUR SAVE", False, False)],
+        [("HERE. IS SMITH DR.", False, False)],
     ]
 
 
 FOOTNOTES = "application/vnd.openxmlformats-officedocument.wordprocessingml.footnotes+xml"
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+
+
+async def test_a_docx_sentence_never_goes_into_a_hidden_run_or_a_fields_result() -> None:
+    """A sentence's translation went into its first run with text: a hidden one (w:vanish) hid the whole of it, and
+    a field's result (a cross-reference's "3") is filled again by Word, wiping it. Both are passed over."""
+    from docx.oxml.parser import parse_xml
+
+    document = docx.Document()
+    hidden = document.add_paragraph()
+    hidden.add_run("Hidden note").font.hidden = True
+    hidden.add_run(" The lamp is shown.")
+    field = document.add_paragraph()
+    for xml in ('<w:fldChar w:fldCharType="begin"/>', "<w:instrText> REF count </w:instrText>"):
+        field._p.append(parse_xml(f'<w:r xmlns:w="{W}">{xml}</w:r>'))
+    field._p.append(parse_xml(f'<w:r xmlns:w="{W}"><w:fldChar w:fldCharType="separate"/></w:r>'))
+    field.add_run("Three hundred")
+    field._p.append(parse_xml(f'<w:r xmlns:w="{W}"><w:fldChar w:fldCharType="end"/></w:r>'))
+    field.add_run(" red apples.")
+    fake, result = await round_trip(document, "passed.docx")
+    assert fake.translated[1:] == ["Hidden note The lamp is shown.", "Three hundred red apples."]
+    first, second = ([(r.text, r.font.hidden) for r in p.runs if r.text] for p in result.paragraphs)
+    assert first == [("SHOWN. IS LAMP THE NOTE HIDDEN", None)]
+    assert second == [("APPLES. RED HUNDRED THREE", None)]
+    assert "REF count" in result.paragraphs[1]._p.xml  # the field itself kept
 
 
 def with_footnote(data: bytes, text: str) -> bytes:

@@ -14,31 +14,25 @@ column it spans (``gridSpan="300000"``: 13 s).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import io
 import re
 import unicodedata
-import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Any
 
 from lxml import etree
 
 from transduce.service.documents import (
-    DOCX_INFLATION,
     DOCX_TYPE,
     MARKUP_ALLOWANCE,
-    MAX_DOCX_ATTRIBUTES,
-    MAX_DOCX_ELEMENTS,
-    MAX_DOCX_PARTS,
     Document,
     plain_text,
     split_counts,
     too_many_chars,
 )
+from transduce.service.docxzip import check_zip, docx_problem
 from transduce.service.errors import ApiError
 from transduce.service.htmlnodes import Atom, Inline, Node, Tag
 from transduce.service.htmlunits import Unit
@@ -164,14 +158,24 @@ class _Parts:
     cuts: int = 0  # stretches apart where the formatting changes
 
 
+def _is_label(head: str) -> bool:
+    """Whether a paragraph's first stretch (its first ``_LABEL_CHARS`` + 1 characters at most) is a label such as a
+    bold "Note:" or "Step 2:" (a few words ending in a colon)."""
+    words = head.strip()
+    return len(words) <= _LABEL_CHARS and words.endswith((":", "\uff1a")) and len(words.split()) <= _LABEL_WORDS
+
+
 def _parts(paragraph: Any, *, cut: bool) -> _Parts:
-    """``paragraph``'s runs and hyperlinks as nodes; with ``cut``, a hard break where the formatting changes after
-    text that ends in punctuation (a sentence may end there: ``_Paragraph`` keeps the breaks only if the sentences
-    are the same with them as without)."""
+    """``paragraph``'s runs and hyperlinks as nodes: a hard break after a label in a look of its own that starts the
+    paragraph (a bold "Note:" had made the whole paragraph bold), and with ``cut`` one where the formatting changes
+    after text that ends in punctuation (a sentence may end there: ``_Paragraph`` keeps those breaks only if the
+    sentences are the same with them as without)."""
     out, tail, look = _Parts(), "", None  # the text before (its end), the formatting of the last run with text
+    head = ""  # the paragraph's first characters, while it may start with a label
     for part in paragraph.iterchildren(_R, _HYPERLINK):
         text = _text(part)
         if part.tag == _HYPERLINK:
+            head = "-" * (_LABEL_CHARS + 1)  # (no label before a hyperlink)
             n = len(out.links)
             out.links.append(part)
             out.past.append(len(out.groups))
@@ -183,7 +187,11 @@ def _parts(paragraph: Any, *, cut: bool) -> _Parts:
         if text.strip():
             mine = _look(part)
             last = tail.rstrip()[-1:]
-            if cut and look is not None and mine != look and last and unicodedata.category(last).startswith("P"):
+            if look is not None and mine != look and len(out.groups) == 1 and _is_label(head):
+                out.nodes.append(Atom(f"<s{len(out.groups)}>", hard_break=True))  # (a sentence of its own)
+                out.groups.append([])
+                out.after.append(out.after[-1])
+            elif cut and look is not None and mine != look and last and unicodedata.category(last).startswith("P"):
                 if out.cuts == _MAX_CUTS:  # (a hostile file's 50,000 runs of "A." in turns bold: read it whole)
                     return _parts(paragraph, cut=False)
                 out.nodes.append(Atom(f"<s{len(out.groups)}>", hard_break=True))
@@ -194,10 +202,12 @@ def _parts(paragraph: Any, *, cut: bool) -> _Parts:
         out.groups[-1].append(part)
         out.nodes += _lines(text)
         tail = (tail + text)[-_TAIL:]
+        head = (head + text)[: _LABEL_CHARS + 1]
     return out
 
 
 _TAIL = 64  # characters of a paragraph's text kept to see whether it ends in punctuation
+_LABEL_CHARS, _LABEL_WORDS = 40, 5  # a label's most characters and words
 _MAX_CUTS = 100  # changes of formatting between sentences a paragraph is cut at; beyond, none
 
 
@@ -206,8 +216,9 @@ class _Paragraph:
     translated inside the sentence and put back into the hyperlink). Where the runs' formatting changes between two
     sentences (a bold "Warning." before plain text), a break the sentences have anyway keeps the stretches apart, so
     each sentence's translation goes into a run formatted as its source was; within a stretch, into its first run
-    with text. The sentences sent are always those the paragraph has without the breaks (one that would change them,
-    after "Dr" in a hyperlink, say, drops them all)."""
+    in the look of most of its text (``put``). The sentences sent are always those the paragraph has without the
+    breaks (one that would change them, after "Dr" in a hyperlink, say, drops them all), but for a label that starts
+    the paragraph in a look of its own ("Note:"), which is a sentence of its own."""
 
     def __init__(self, paragraph: Any) -> None:
         parts = _parts(paragraph, cut=True)
@@ -221,6 +232,7 @@ class _Paragraph:
         self.unit = unit
         runs = (run for part in paragraph.iterchildren(_R, _HYPERLINK) for run in _runs(part))
         self.tabs = [t for run in runs for t in run.iterchildren(*_TABS)]  # in document order, as they come back
+        self.passed_over = _in_fields_or_hidden(paragraph)
 
     def write(self, translations: Sequence[str]) -> None:
         from docx.oxml import OxmlElement
@@ -259,121 +271,42 @@ class _Paragraph:
             template = runs[-1] if runs else template
             self.put(runs, text, tabs.get(("g", g), []))
 
-    @staticmethod
-    def put(runs: list[Any], text: str, tabs: list[Any]) -> None:
-        """``text`` into the first of ``runs`` that had text (keeping its formatting); the others emptied."""
-        first = next((r for r in runs if _run_text(r)), runs[0] if runs else None)
+    def put(self, runs: list[Any], text: str, tabs: list[Any]) -> None:
+        """``text`` into one of ``runs`` (keeping its formatting), the others emptied: the first that had text in the
+        look most of their text had ("Click **Save** to continue." comes back plain, not bold: "Save" was the first
+        run's look), passing over a field's runs (Word fills their text again) and hidden ones where others had
+        text."""
+        texts = [(run, _run_text(run)) for run in runs]
+        shown = [(run, t) for run, t in texts if t and run not in self.passed_over] or [(r, t) for r, t in texts if t]
+        weights: dict[bytes, int] = {}
+        for run, t in shown:
+            weights[_look(run)] = weights.get(_look(run), 0) + len(t.strip())
+        most = max(weights.values(), default=0)
+        first = next((run for run, t in shown if weights[_look(run)] == most), runs[0] if runs else None)
         for run in runs:
             _clear_text(run)
         if first is not None:
             _add_text(first, text, iter(tabs))
 
 
+def _in_fields_or_hidden(paragraph: Any) -> set[Any]:
+    """The runs of ``paragraph`` that belong to a field (its code, its result: Word fills the result again) or are
+    hidden (w:vanish)."""
+    out, depth = set(), 0
+    for part in paragraph.iterchildren(_R, _HYPERLINK):
+        for run in _runs(part):
+            kinds = [c.get(f"{_W}fldCharType") for c in run.iterchildren(f"{_W}fldChar")]
+            hidden = run.find(f"{_W}rPr/{_W}vanish")
+            if depth or kinds or (hidden is not None and hidden.get(f"{_W}val", "true") not in ("0", "false", "off")):
+                out.add(run)
+            depth = max(0, depth + kinds.count("begin") - kinds.count("end"))
+    return out
+
+
 def _look(run: Any) -> bytes:
     """A run's formatting (its w:rPr as written; b"" for none)."""
     properties = run.find(f"{_W}rPr")
     return b"" if properties is None else etree.tostring(properties)
-
-
-def _check_zip(name: str, data: bytes, max_bytes: int) -> None:
-    """Refuse (413) a .docx that holds over ``MAX_DOCX_PARTS`` files, would unpack to over ``DOCX_INFLATION *
-    max_bytes`` bytes (its zip directory says: the zip reader never gives more than a file declares), or whose XML
-    has over ``MAX_DOCX_ELEMENTS`` elements (counted as it streams, stopping there): python-docx unpacks and parses
-    all of it, and its time grows with the elements. A broken zip is a 400."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            files = archive.infolist()
-            if len(files) > MAX_DOCX_PARTS:
-                raise ApiError(413, f"{name} holds {len(files)} files, over the limit of {MAX_DOCX_PARTS} in a .docx")
-            size, limit = sum(info.file_size for info in files), DOCX_INFLATION * max_bytes
-            if size > limit:
-                raise ApiError(
-                    413,
-                    f"{name} unpacks to {size} bytes, over the limit of {limit} ({DOCX_INFLATION} x max_file_bytes)",
-                )
-            # every part python-docx may parse, whatever its name (it follows the package's relationships, which
-            # may point at word/document.bin; a binary part stops the parser at its first bytes), but not images:
-            # python-docx keeps those as bytes, and an SVG picture is XML of its own
-            counted = [info for info in files if not info.is_dir() and info.filename != CONTENT_TYPES]
-            types = next((info for info in files if info.filename == CONTENT_TYPES), None)
-            budget = _Budget(name)
-            images = _image_parts(archive, types, budget) if types is not None else set()
-            for info in counted:
-                if info.filename not in images:
-                    _count_elements(archive, info, budget)
-    except ApiError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a broken zip raises several types
-        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
-
-
-CONTENT_TYPES = "[Content_Types].xml"  # an OPC package's part types: by name (Override) or by ending (Default)
-
-
-class _Budget:
-    """The XML elements (``MAX_DOCX_ELEMENTS``) and attributes (``MAX_DOCX_ATTRIBUTES``, namespace declarations
-    included) a .docx may hold, spent as its parts are read; 413 past either. Attributes count apart: 2,000 on each
-    of 4,300 elements (a 303 KB upload) took 1.1 GB to parse."""
-
-    def __init__(self, name: str) -> None:
-        self.name, self.elements, self.attributes = name, MAX_DOCX_ELEMENTS, MAX_DOCX_ATTRIBUTES
-
-    def spend(self, attributes: int, *, element: bool = True) -> None:
-        self.elements -= element
-        self.attributes -= attributes
-        if self.elements < 0:
-            raise ApiError(
-                413, f"{self.name} has over {MAX_DOCX_ELEMENTS} XML elements, the limit for a .docx: split it"
-            )
-        if self.attributes < 0:
-            raise ApiError(
-                413, f"{self.name} has over {MAX_DOCX_ATTRIBUTES} XML attributes, the limit for a .docx: split it"
-            )
-
-
-def _count_elements(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: _Budget) -> list[Any]:
-    """Stream one part's XML, spending ``budget`` on each element and its attributes, and letting go of each element
-    once read (the whole tree was kept: 180 MB for 6.8 MB of XML); returns its elements with attributes that say a
-    part type (Default and Override, for the content types); nothing for what is not XML."""
-    typed: list[Any] = []
-    events = ("end", "start-ns")
-    with archive.open(info) as part, contextlib.suppress(etree.XMLSyntaxError):  # (python-docx judges the XML)
-        for event, element in etree.iterparse(part, events=events, resolve_entities=False, no_network=True):
-            if event == "start-ns":
-                budget.spend(1, element=False)
-                continue
-            budget.spend(len(element.attrib))
-            if element.get("ContentType") is not None and len(typed) < MAX_DOCX_PARTS:
-                typed.append((element.get("Extension"), element.get("PartName"), element.get("ContentType")))
-            element.clear()
-            parent = element.getparent()  # (None for the root, which a comment or a processing instruction may precede)
-            while parent is not None and element.getprevious() is not None:  # its earlier siblings, cleared already
-                del parent[0]
-    return typed
-
-
-def _image_parts(archive: zipfile.ZipFile, types: zipfile.ZipInfo, budget: _Budget) -> set[str]:
-    """The parts ``[Content_Types].xml`` types as images (image/*), by name or by their ending."""
-    entries = _count_elements(archive, types, budget)
-    by_ending = {ext.lower(): kind for ext, _, kind in entries if ext is not None}
-    by_name = {name.lstrip("/"): kind for _, name, kind in entries if name is not None}
-    names = [info.filename for info in archive.infolist()]
-    return {
-        n
-        for n in names
-        if by_name.get(n, by_ending.get(PurePath(n).suffix.lstrip(".").lower(), "")).startswith("image/")
-    }
-
-
-def _docx_problem(exc: Exception) -> str:
-    """What is wrong with a file that does not open as a .docx, in words a user can act on."""
-    if isinstance(exc, zipfile.BadZipFile):
-        return "it is not a zip archive, which every .docx is"
-    if isinstance(exc, KeyError):  # a part the package lists or python-docx needs is not in the archive
-        return "a part every Word document has (such as word/document.xml) is missing from it"
-    if isinstance(exc, etree.XMLSyntaxError):
-        return "the XML inside it is damaged"
-    return "it does not hold a Word document (save it again from a word processor as .docx)"
 
 
 _HEADERS_FOOTERS = (f"{_W}hdr", f"{_W}ftr")
@@ -419,15 +352,15 @@ def _has_field(paragraph: Any) -> bool:
 
 
 def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Document:
-    """A .docx's paragraphs as units (with limits: ``_check_zip`` first, then the characters of text)."""
+    """A .docx's paragraphs as units (with limits: ``docxzip.check_zip`` first, then the characters of text)."""
     import docx  # python-docx
 
     if max_bytes:
-        _check_zip(name, data, max_bytes)
+        check_zip(name, data, max_bytes)
     try:
         doc = docx.Document(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - a broken zip or XML raises many types: all mean "not a .docx"
-        raise ApiError(400, f"{name} is not a readable .docx file: {_docx_problem(exc)}") from None
+        raise ApiError(400, f"{name} is not a readable .docx file: {docx_problem(exc)}") from None
     found, size = [], 0
     stories, blobs = _stories(name, doc)
     for paragraph in (p for story, margin in stories for p in _paragraphs(story) if not (margin and _has_field(p))):
