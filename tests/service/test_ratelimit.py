@@ -69,6 +69,26 @@ async def test_with_api_keys_each_key_is_a_client_and_refused_keys_count_against
     assert (first.status_code, other.status_code, again.status_code) == (200, 200, 429)
 
 
+async def test_wrong_keys_count_against_the_address_on_health_and_admin_too() -> None:
+    """With protect_health, /health* and /metrics check keys too: a wrong key there was never counted, so keys could
+    be tried there as fast as a client liked (and the admin key at /admin/reload)."""
+    async with serve(FakeTranslator(), req_limit=2, api_keys="k1", protect_health=True, admin_key="a1") as (client, _):
+        tries = [(await client.get("/health", headers={"Authorization": f"Bearer x{n}"})).status_code for n in range(3)]
+        admin = (await client.post("/admin/reload", headers={"X-Admin-Key": "wrong"})).status_code
+        right = (await client.get("/health", headers={"Authorization": "Bearer k1"})).status_code
+    assert (tries, admin, right) == ([403, 403, 429], 429, 200)  # a right key is never counted there
+
+
+def test_a_keys_bucket_is_never_dropped_for_addresses() -> None:
+    """Requests refused for their key fill address buckets: 100,000 of them from as many addresses pushed a key's
+    used-up bucket out, and it came back full."""
+    limiter = RateLimiter(1, max_clients=3)
+    assert limiter.wait("key abc", now=0.0) == 0.0 and limiter.wait("key abc", now=0.0) > 0
+    for n in range(10):
+        limiter.wait(f"203.0.113.{n}", now=0.0)
+    assert limiter.wait("key abc", now=0.0) > 0 and len(limiter) == 4
+
+
 def test_a_client_is_its_address_its_ipv6_network_or_one_unknown() -> None:
     from starlette.requests import Request
 

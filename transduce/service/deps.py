@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -57,15 +59,23 @@ def rate_before_body(state: AppState, request: Request) -> None:
         check_rate(state.limiter, request)
 
 
-def accepted_key(state: AppState, request: Request, body_key: str | None = None) -> str | None:
-    """``check_api_key``; with keys, the request then counted against its key (``req_limit``), and one refused for
-    its key against its address: guessing keys is limited too (a 429 instead of the 401 or 403 once over)."""
+@contextlib.contextmanager
+def charged_if_refused(state: AppState, request: Request) -> Iterator[None]:
+    """A key check: refused (401 or 403), the request counts against its address (``req_limit``), so guessing a key
+    is limited wherever one is checked: a 429 once over."""
     try:
-        key = check_api_key(state, request, body_key)
+        yield
     except ApiError as exc:
         if exc.status in (401, 403):
             check_rate(state.limiter, request)
         raise
+
+
+def accepted_key(state: AppState, request: Request, body_key: str | None = None) -> str | None:
+    """``check_api_key``; with keys, the request then counted against its key (``req_limit``), and one refused for
+    its key against its address: guessing keys is limited too (a 429 instead of the 401 or 403 once over)."""
+    with charged_if_refused(state, request):
+        key = check_api_key(state, request, body_key)
     if key is not None:
         check_rate(state.limiter, request, key)
     return key
@@ -74,7 +84,8 @@ def accepted_key(state: AppState, request: Request, body_key: str | None = None)
 async def protected(request: Request, state: StateDep) -> None:
     """Guard for /health* and /metrics when protect_health is set."""
     if state.settings.protect_health:
-        check_api_key(state, request)
+        with charged_if_refused(state, request):  # (keys were guessed here as fast as a client liked)
+            check_api_key(state, request)
 
 
 ProtectedDep = Annotated[None, Depends(protected)]

@@ -6,8 +6,10 @@ requests at once, then one every ``60 / req_limit`` seconds; checked before the 
 keys, else once the key is accepted, a request refused for its key counting against its address
 (``deps.accepted_key``). The address is the connection's, or what a trusted proxy says it is (uvicorn reads
 ``X-Forwarded-For`` from the addresses in ``FORWARDED_ALLOW_IPS``, 127.0.0.1 and ::1 by default). At most
-``MAX_CLIENTS`` buckets are kept, the least recently used dropped first (a dropped bucket is a full one: a client with
-that many addresses gains nothing it could not have had from them anyway)."""
+``MAX_CLIENTS`` address buckets are kept, the least recently used dropped first (a dropped bucket is a full one: a
+client with that many addresses gains nothing it could not have had from them anyway); an API key's bucket is never
+dropped (the keys configured bound them: a client that had used up its key's requests refilled it by sending
+100,000 keyless requests from as many addresses)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from starlette.requests import Request
 
 from transduce.service.errors import ApiError
 
-MAX_CLIENTS = 100_000  # buckets kept (about 260 bytes each: 26 MB)
+MAX_CLIENTS = 100_000  # address buckets kept (about 260 bytes each: 26 MB)
+KEY_CLIENT = "key "  # how an API key's client is named (never an address's)
 
 
 class RateLimiter:
@@ -32,9 +35,10 @@ class RateLimiter:
             raise ValueError(f"req_limit must be >= 0 (0 = no limit), got {per_minute}")
         self.per_minute, self.max_clients = per_minute, max_clients
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # client -> (tokens, when counted)
+        self._keys: dict[str, tuple[float, float]] = {}  # the same for API keys' clients ("key ..."): kept
 
     def __len__(self) -> int:
-        return len(self._buckets)
+        return len(self._buckets) + len(self._keys)
 
     def wait(self, client: str, now: float | None = None) -> float:
         """Take one request from ``client``'s bucket: 0 when it may go, else the seconds until it may (nothing
@@ -43,10 +47,11 @@ class RateLimiter:
             return 0.0
         now = time.monotonic() if now is None else now
         capacity, rate = float(self.per_minute), self.per_minute / 60.0
-        tokens, then = self._buckets.pop(client, (capacity, now))
+        buckets = self._keys if client.startswith(KEY_CLIENT) else self._buckets
+        tokens, then = buckets.pop(client, (capacity, now))
         tokens = min(capacity, tokens + (now - then) * rate)
         wait = 0.0 if tokens >= 1.0 else (1.0 - tokens) / rate
-        self._buckets[client] = (tokens - 1.0 if not wait else tokens, now)
+        buckets[client] = (tokens - 1.0 if not wait else tokens, now)
         while len(self._buckets) > self.max_clients:
             self._buckets.popitem(last=False)
         return wait
@@ -58,7 +63,7 @@ def client_id(request: Request, key: str | None) -> str:
     client holds the whole /64); an address that is none (a unix socket, a proxy's header with junk in it) is one
     shared "unknown" (the raw header was the key: any text, up to 64 KiB a bucket)."""
     if key is not None:
-        return "key " + hashlib.sha256(key.encode()).hexdigest()[:32]
+        return KEY_CLIENT + hashlib.sha256(key.encode()).hexdigest()[:32]
     try:
         address = ipaddress.ip_address(request.client.host if request.client is not None else "")
     except ValueError:

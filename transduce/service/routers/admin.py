@@ -7,7 +7,7 @@ import hmac
 from fastapi import APIRouter, Request
 
 from transduce.engine.errors import ModelLoadError
-from transduce.service.deps import StateDep
+from transduce.service.deps import StateDep, charged_if_refused
 from transduce.service.errors import ApiError
 from transduce.service.schemas import ERROR_RESPONSES, ErrorResponse, ReloadReport
 
@@ -40,7 +40,8 @@ def check_admin_key(request: Request, key: str) -> None:
 async def reload(request: Request, state: StateDep) -> ReloadReport:
     """Scan the model directories again: added models appear, removed ones stop being routed to and unload once
     idle, replaced ones serve new requests from their new version while earlier requests finish on the old one."""
-    check_admin_key(request, state.settings.admin_key)
+    with charged_if_refused(state, request):  # a wrong admin key counts against its address (req_limit)
+        check_admin_key(request, state.settings.admin_key)
     if state.pool is None:
         raise ApiError(
             409,
