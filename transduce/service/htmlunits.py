@@ -84,7 +84,11 @@ class _Sentence:
     fixed: bool = False  # only terms to put in (and markup, punctuation): not sent, its own translation
 
 
-def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int | None]]:
+# placeholders of a translation, each with its number (``_placeholders``)
+Found = list[tuple[re.Match[str], int | None]]
+
+
+def _placeholders(translation: str, sent: str) -> Found:
     """The placeholders of a translation in order, each with its number: ``[n]``; printf-style ones when ``sent``
     (what the model was given) has no "%" (``%s``: None, the sentence's only placeholder if it has one); "$1$s" runs
     when it has no "$" either (0: invented, dropped)."""
@@ -108,10 +112,11 @@ def _placeholders(translation: str, sent: str) -> list[tuple[re.Match[str], int 
     return found
 
 
-def _has_word(translation: str, sent: str) -> bool:
-    """Whether ``translation`` of ``sent`` has a word outside its placeholders and their junk."""
+def _has_word(translation: str, sent: str, found: Found | None = None) -> bool:
+    """Whether ``translation`` of ``sent`` has a word outside its placeholders and their junk (``found``, when they
+    are known: ``_placeholders``)."""
     at, words = 0, []
-    for match, _ in _placeholders(translation, sent):
+    for match, _ in _placeholders(translation, sent) if found is None else found:
         words.append(translation[at : match.start()])
         at = match.end()
     return bool(_WORDY.search("".join([*words, translation[at:]])))
@@ -237,7 +242,8 @@ class Unit:
         if len(translations) != len(self.sentences):
             raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
         sent = iter(translations)
-        translations = [s.text if s.fixed else self._or_source(s, next(sent)) for s in self._sentences]
+        chosen = [(s.text, None) if s.fixed else self._or_source(s, next(sent)) for s in self._sentences]
+        translations = [text for text, _ in chosen]
         target: list[str] = []
         keys: dict[int, tuple[int, int]] = {}  # mark index -> (position in the target text, order)
         size = order = 0
@@ -259,7 +265,7 @@ class Unit:
             target.append(self.text[lo:hi])
             size += hi - lo
             if k < len(self._sentences):
-                text, positions = self._restore(self._sentences[k], translations[k])
+                text, positions = self._restore(self._sentences[k], translations[k], chosen[k][1])
                 rank = {mark: r for r, mark in enumerate(positions)}  # at one position: in the translation's order
                 for i in sorted(positions, key=lambda mark: (positions[mark], rank[mark])):
                     keys[i] = (size + positions[i], order)
@@ -271,18 +277,21 @@ class Unit:
         escape = escape_text if self.html else str
         return _Render(full, keys, self._index, values, escape).nodes(self.nodes, (0, -1), (len(full), order))
 
-    def _or_source(self, sentence: _Sentence, translation: str) -> str:
+    def _or_source(self, sentence: _Sentence, translation: str) -> tuple[str, Found | None]:
         """``translation``, or the sentence as sent (its placeholders exactly in place) when the model gave back
-        placeholders or their junk and no word for a sentence with words: its text is kept untranslated, never lost."""
-        if not _WORDY.search(_MARK.sub("", sentence.text)) or _has_word(translation, sentence.text):
-            return translation
-        return sentence.text
+        placeholders or their junk and no word for a sentence with words: its text is kept untranslated, never lost.
+        With it, the translation's placeholders when they were found on the way (None: not looked for)."""
+        if not _WORDY.search(_MARK.sub("", sentence.text)):
+            return translation, None
+        found = _placeholders(translation, sentence.text)
+        return (translation, found) if _has_word(translation, sentence.text, found) else (sentence.text, None)
 
-    def _restore(self, sentence: _Sentence, translation: str) -> tuple[str, dict[int, int]]:
-        """The translation without placeholders, and where each of the sentence's marks goes in it."""
+    def _restore(self, sentence: _Sentence, translation: str, known: Found | None = None) -> tuple[str, dict[int, int]]:
+        """The translation without placeholders (``known``: its ``_placeholders``, when they were found already),
+        and where each of the sentence's marks goes in it."""
         pieces, kept, seen = [], [], set()  # the text around each placeholder; the mark each one places (None: drop)
         at = 0
-        for match, found in _placeholders(translation, sentence.text):
+        for match, found in _placeholders(translation, sentence.text) if known is None else known:
             number = found if found is not None else next(iter(sentence.ids)) if len(sentence.ids) == 1 else 0
             if match.re is _MARK and number not in sentence.ids and number in sentence.literal:
                 continue  # the sentence's own "[n]" text
