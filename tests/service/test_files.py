@@ -116,7 +116,7 @@ async def test_a_docx_file_translates_body_and_table_paragraphs() -> None:
         got = await fetch(client, await upload(client, "letter.docx", make_docx()))
     result = docx.Document(io.BytesIO(got.content))
     assert [p.text for p in result.paragraphs] == ["HERE. PARAGRAPH FIRST", "PLAIN AND BOLD"]
-    assert result.paragraphs[1].runs[0].bold  # one sentence: into its first run, formatted as it was
+    assert result.paragraphs[1].runs[0].bold is False  # one sentence: into its first run, as most of it looked
     table = result.tables[0]
     assert [table.cell(0, 0).text, table.cell(0, 1).text, table.cell(1, 0).text] == [
         "ONE CELL",
@@ -202,28 +202,76 @@ FOOTNOTES = "application/vnd.openxmlformats-officedocument.wordprocessingml.foot
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 
 
-async def test_a_docx_sentence_never_goes_into_a_hidden_run_or_a_fields_result() -> None:
-    """A sentence's translation went into its first run with text: a hidden one (w:vanish) hid the whole of it, and
-    a field's result (a cross-reference's "3") is filled again by Word, wiping it. Both are passed over."""
+@pytest.mark.parametrize(
+    ("runs", "sentences"),
+    [
+        ([("Note:", "<w:b/>"), (" save it.", "")], ["Note:", "save it."]),  # a label
+        ([("注意：", "<w:b/>"), ("请保存。", "")], ["注意：", "请保存。"]),
+        ([("Meet me at 10:", ""), ("30 today.", '<w:lang w:val="en-GB"/>')], ["Meet me at 10:30 today."]),  # unseen
+        ([("The ratio is ", ""), ("3:", "<w:b/>"), ("1 here.", "")], ["The ratio is 3:1 here."]),  # not the first look
+        ([("Important information regarding parking: the garage is", "<w:b/>"), (" shut.", "")], None),  # too long
+        ([("根据公司规定，所有员工进入车间时必须遵守以下要求：", "<w:b/>"), ("戴安全帽。", "")], None),  # too long
+    ],
+)
+def test_a_docx_label_is_a_short_first_stretch_in_a_look_of_its_own(
+    runs: list[tuple[str, str]], sentences: list[str] | None
+) -> None:
+    """A label that starts a paragraph in a look of its own is a sentence of its own; a colon where only an unseen
+    property changes (the spelling language), after a later change of look, or after a long stretch is not one (a
+    review found each split mid-sentence)."""
     from docx.oxml.parser import parse_xml
 
+    from transduce.service.documents import read_document
+
+    document = docx.Document()
+    paragraph = document.add_paragraph()
+    for text, look in runs:
+        xml = f'<w:r xmlns:w="{W}"><w:rPr>{look}</w:rPr><w:t xml:space="preserve">{text}</w:t></w:r>'
+        paragraph._p.append(parse_xml(xml))
+    data = io.BytesIO()
+    document.save(data)
+    whole = "".join(text for text, _ in runs)
+    assert list(read_document("label.docx", data.getvalue()).units) == (sentences or [whole])
+
+
+async def test_a_docx_hidden_text_is_translated_apart_and_stays_hidden() -> None:
+    """Hidden text (w:vanish) went into its sentence: written into a hidden first run, it hid the whole translation;
+    into a shown one, it showed the hidden words. It is a stretch of its own now, translated apart, still hidden."""
     document = docx.Document()
     hidden = document.add_paragraph()
     hidden.add_run("Hidden note").font.hidden = True
     hidden.add_run(" The lamp is shown.")
-    field = document.add_paragraph()
-    for xml in ('<w:fldChar w:fldCharType="begin"/>', "<w:instrText> REF count </w:instrText>"):
-        field._p.append(parse_xml(f'<w:r xmlns:w="{W}">{xml}</w:r>'))
-    field._p.append(parse_xml(f'<w:r xmlns:w="{W}"><w:fldChar w:fldCharType="separate"/></w:r>'))
-    field.add_run("Three hundred")
-    field._p.append(parse_xml(f'<w:r xmlns:w="{W}"><w:fldChar w:fldCharType="end"/></w:r>'))
-    field.add_run(" red apples.")
-    fake, result = await round_trip(document, "passed.docx")
-    assert fake.translated[1:] == ["Hidden note The lamp is shown.", "Three hundred red apples."]
-    first, second = ([(r.text, r.font.hidden) for r in p.runs if r.text] for p in result.paragraphs)
-    assert first == [("SHOWN. IS LAMP THE NOTE HIDDEN", None)]
-    assert second == [("APPLES. RED HUNDRED THREE", None)]
-    assert "REF count" in result.paragraphs[1]._p.xml  # the field itself kept
+    fake, result = await round_trip(document, "hidden.docx")
+    assert fake.translated[1:] == ["Hidden note", "The lamp is shown."]
+    assert [(r.text, r.font.hidden) for r in result.paragraphs[0].runs] == [
+        ("NOTE HIDDEN", True),
+        (" SHOWN. IS LAMP THE", None),
+    ]
+
+
+async def test_a_docx_sentence_takes_the_look_most_of_its_text_has_where_its_first_run_was() -> None:
+    """A sentence's translation goes into its first run, in the look most of its text had: runs Word splits by
+    spelling language or proofing marks are one look (a bold word among four such runs made it all bold), and a
+    footnote mark or a picture after the text stays after it."""
+    from docx.oxml.parser import parse_xml
+
+    document = docx.Document()
+    split = document.add_paragraph()
+    for text, extra in (("The ", '<w:lang w:val="en-US"/>'), ("important", "<w:b/>"), (" part is ", "<w:noProof/>")):
+        split._p.append(
+            parse_xml(f'<w:r xmlns:w="{W}"><w:rPr>{extra}</w:rPr><w:t xml:space="preserve">{text}</w:t></w:r>')
+        )
+    split.add_run("here.")
+    marked = document.add_paragraph()
+    marked.add_run("Smith").italic = True
+    marked._p.append(parse_xml(f'<w:r xmlns:w="{W}"><w:footnoteReference w:id="1"/></w:r>'))
+    marked.add_run(" argued that the effect was large.")
+    fake, result = await round_trip(document, "looks.docx")
+    assert fake.translated[1:] == ["The important part is here.", "Smith argued that the effect was large."]
+    first, second = ([(r.text, r.bold, r.italic) for r in p.runs if r.text] for p in result.paragraphs)
+    assert first == [("HERE. IS PART IMPORTANT THE", None, None)]
+    assert second == [("LARGE. WAS EFFECT THE THAT ARGUED SMITH", None, None)]  # restyled as most of it
+    assert result.paragraphs[1]._p.xml.index("LARGE.") < result.paragraphs[1]._p.xml.index("footnoteReference")
 
 
 def with_footnote(data: bytes, text: str) -> bytes:

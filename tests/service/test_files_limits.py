@@ -227,6 +227,8 @@ async def test_a_file_is_sent_in_requests_within_max_queue_items_sentences() -> 
 async def test_an_alignment_tab_comes_back_with_its_alignment_and_leader() -> None:
     """An alignment tab (w:ptab: a header's "Title<centred tab>Draft", a leader of dots) came back as a plain tab,
     so the text after it lost its place. Each tab comes back as the element it was."""
+    import copy
+
     from docx.oxml import OxmlElement
     from docx.oxml.ns import qn
 
@@ -239,10 +241,18 @@ async def test_an_alignment_tab_comes_back_with_its_alignment_and_leader() -> No
     run._r.append(ptab)
     run._r.append(OxmlElement("w:tab"))
     run._r.add_t("First draft")
+    typed = document.add_paragraph()  # a tab character typed into the text, then an alignment tab
+    typed.add_run().text = "Name"
+    typed.runs[0]._r.append(OxmlElement("w:t"))
+    typed.runs[0]._r[-1].text = "\tAddress"
+    typed.runs[0]._r.append(copy.deepcopy(ptab))
+    typed.runs[0]._r.add_t("Page")
     fake, result = await round_trip(document, "ptab.docx")
-    assert fake.translated[1:] == ["Annual report", "First draft"]
-    (written,) = result.paragraphs
+    assert fake.translated[1:] == ["Annual report", "First draft", "Name", "Address", "Page"]
+    written, second = result.paragraphs
     assert written.text == "REPORT ANNUAL\t\tDRAFT FIRST"
     tabs = written._p.xpath("./w:r/w:ptab | ./w:r/w:tab")
     assert [t.tag.rsplit("}", 1)[1] for t in tabs] == ["ptab", "tab"]
     assert [tabs[0].get(qn(n)) for n in ("w:relativeTo", "w:alignment", "w:leader")] == ["margin", "right", "dot"]
+    assert second.text == "NAME\tADDRESS\tPAGE"  # the typed tab is the plain one, the alignment tab stays second
+    assert [t.tag.rsplit("}", 1)[1] for t in second._p.xpath("./w:r/w:ptab | ./w:r/w:tab")] == ["tab", "ptab"]

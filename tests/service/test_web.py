@@ -317,13 +317,21 @@ def test_a_language_the_server_only_writes_is_a_target_not_a_source(browser: Any
 
     from tests.service.harness import FakeTranslator
 
-    with live_server(FakeTranslator(pairs=[("en", "de")])) as url:
-        assert [lang["code"] for lang in httpx.get(url + "/languages").json()] == ["de", "en"]
-        browser.get(url + "/")
-        WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "translate").is_enabled())
-        sources = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "source")).options]
-        targets = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "target")).options]
-    assert (sources, targets) == (["auto", "en"], ["de"])
+    seen = []
+    for pairs in ([("en", "de")], [("de", "en")]):  # English written only: "en" is no source to start on
+        with live_server(FakeTranslator(pairs=pairs)) as url:
+            assert [lang["code"] for lang in httpx.get(url + "/languages").json()] == ["de", "en"]
+            browser.get(url + "/")
+            WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "translate").is_enabled())
+            source, target = (Select(browser.find_element(By.ID, name)) for name in ("source", "target"))
+            seen.append(
+                (
+                    [o.get_attribute("value") for o in source.options],
+                    source.first_selected_option.get_attribute("value"),
+                    [o.get_attribute("value") for o in target.options],
+                )
+            )
+    assert seen == [(["auto", "en"], "en", ["de"]), (["auto", "de"], "auto", ["en"])]
 
 
 def test_page_details_from_a_browser_probe(browser: Any, default_translator: Translator) -> None:

@@ -147,8 +147,8 @@ class LanguageDetector:
 
 def detect_order(languages: Iterable[str]) -> list[str]:
     """``POST /detect``'s candidates in the order ties are broken: English first, then sorted, so a text without
-    evidence (emoji, numbers) is English at confidence 0, as LibreTranslate answers and as ``source: "auto"`` reads
-    it when English is a candidate there (the first code, "de", had tagged such posts German)."""
+    evidence (emoji, numbers) is English at confidence 0, as LibreTranslate answers (the first code, "de", had
+    tagged such posts German). ``source: "auto"`` orders its own: the target last, so such a text is translated."""
     return sorted(languages, key=lambda code: (code.split("-")[0].lower() != "en", code))
 
 

@@ -318,7 +318,7 @@ async function init() {
   }
   $("source").add(new Option("Detect language", "auto"));
   for (const lang of languages.filter((l) => l.targets.length)) $("source").add(new Option(lang.name, lang.code));
-  if (languages.some((l) => l.code === "en")) $("source").value = "en";
+  if (languages.some((l) => l.code === "en" && l.targets.length)) $("source").value = "en";
   fillTargets();
   updateCounter();
   $("file").accept = settings.supportedFilesFormat.join(",");
