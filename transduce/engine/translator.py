@@ -22,7 +22,7 @@ from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.search import GreedySearch, Hypothesis, make_search
 from transduce.engine.session import model_providers, open_runner, usable_cores
-from transduce.engine.shortlist import Shortlist, ShortlistConfig
+from transduce.engine.shortlist import Shortlist, ShortlistConfig, row_peak
 from transduce.engine.text import has_letters
 from transduce.tokenizer import Tokenizer
 
@@ -160,6 +160,12 @@ class Translator:
         # but not usable (a GPU image on a host without a GPU) falls back to the CPU, which gets the CPU's plan. An
         # int8 export's MatMuls run on the CPU even in a CUDA session: it gets the CPU's plan from the start.
         on_cuda = CUDA in model_providers(m, device) and m.dtype != "int8-dynamic"
+        if m.dtype == "int8-dynamic" and m.raw.get("int8_weight_bits") != 7 and row_peak() < 127:
+            log.warning(
+                "%s has 8-bit int8 weights, whose MatMuls can saturate on this CPU (x86 without VNNI): export it "
+                "again here (`transduce export --dtype int8`), which quantises to 7 bits",
+                m.model_name,
+            )
         plan, cpu_plan = planned(on_cuda), planned(False)
         pool_made = session_module.PROCESS_POOL.size is not None  # then every session runs on it, whatever its plan
         if on_cuda and pool_made:

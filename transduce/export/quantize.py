@@ -20,17 +20,22 @@ def quantize_model_dir(
 
     int8 runs on the CPU: the decoder quantised is the export's CPU decoder (fused self-attention) when it has one,
     written as the int8 export's only full-vocabulary decoder; a shortlist decoder is quantised and kept, and takes
-    its candidates' projection rows as int8 too (``int8_projection``).
+    its candidates' projection rows as int8 too (``int8_projection``). Weights are quantised to 7 bits on an x86 CPU
+    without VNNI (``row_peak``: its int8 kernels saturate on full-range weights; onnxruntime's ``reduce_range``), the
+    manifest's ``int8_weight_bits`` says which.
 
     Written beside ``dst`` and moved into place at the end: a failure leaves an existing ``dst`` as it was.
     ``extra`` entries are added to the manifest."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from transduce.engine.shortlist import row_peak
+
     src, dst = Path(src), Path(dst)
     dtype = json.loads((src / names.MANIFEST_FILE).read_text()).get("dtype", "float32")
     if dtype != "float32":
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
+    seven_bits = row_peak() < 127
     with replacing_dir(dst, marker=ONNX_EXPORT, inputs=(src, *inputs)) as work:
         shutil.copytree(src, work, dirs_exist_ok=True)
         manifest = json.loads((work / names.MANIFEST_FILE).read_text())
@@ -50,6 +55,7 @@ def quantize_model_dir(
                 source,
                 work / graph,
                 weight_type=QuantType.QInt8,
+                reduce_range=seven_bits,
                 op_types_to_quantize=["MatMul"],  # those with a weight: attention's MatMuls of two activations stay
                 extra_options={"DefaultTensorType": TensorProto.FLOAT},  # for outputs of onnxruntime's own operators
             )
@@ -57,6 +63,7 @@ def quantize_model_dir(
                 int8_projection(work / graph)
             store_weights_apart(work / graph)  # replaces the float32 weights file copied from src
         manifest["dtype"] = "int8-dynamic"
+        manifest["int8_weight_bits"] = 7 if seven_bits else 8
         manifest["model_name"] = manifest["model_name"] + "-int8"
         # the weights files as written now (a graph of an export before revision 6 gets one here)
         listed = [f for f in manifest.get("checksums", {}) if not f.endswith(names.WEIGHTS_SUFFIX)]
