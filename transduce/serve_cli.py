@@ -226,9 +226,16 @@ def _log_environment(settings: Settings) -> None:
                 cores,
             )
     known = {f"TRANSDUCE_{name.upper()}" for name in Settings.model_fields} | OTHER_VARIABLES
-    for name in sorted(n for n in os.environ if n.upper().startswith("TRANSDUCE_") and n.upper() not in known):
+    given = dict.fromkeys(os.environ, "")
+    env_file = Settings.model_config.get("env_file")
+    if isinstance(env_file, str) and os.path.isfile(env_file):  # (its typos were passed over without a word)
+        from dotenv import dotenv_values
+
+        given.update({name: f" in {os.path.abspath(env_file)}" for name in dotenv_values(env_file)})
+    for name in sorted(n for n in given if n.upper().startswith("TRANSDUCE_") and n.upper() not in known):
         near = difflib.get_close_matches(name.upper(), sorted(known), n=1)
-        log.warning("%s is not a setting, ignored%s", name, f" (did you mean {near[0]}?)" if near else "")
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        log.warning("%s%s is not a setting, ignored%s", name, given[name], hint)
 
 
 @contextlib.contextmanager

@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import BinaryIO, NamedTuple
 
-from transduce.engine.options import DEFAULT_OPTIONS, SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
+from transduce.engine.options import DEFAULT_OPTIONS, MAX_BEAM_SIZE, SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
 
-MAX_LOCAL_BEAM_SIZE = 64  # a beam keeps beam x vocabulary scores per sentence at every step: beyond, memory runs out
 READ_SIZE = 1 << 16
 
 
@@ -41,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "files", nargs="*", help="input files, one sentence or paragraph per line (default, or -: stdin)"
     )
-    parser.add_argument("--beam-size", type=int, default=DEFAULT_OPTIONS.beam_size, help="beam size (1 = greedy)")
+    parser.add_argument(
+        "--beam-size",
+        type=int,
+        default=None,
+        help=f"beam size (1 = greedy; default {DEFAULT_OPTIONS.beam_size}, with --url the server's default_beam_size)",
+    )
     parser.add_argument(
         "--batch-size", type=int, default=DEFAULT_OPTIONS.chunk_size, help="sentences per encoder/decoder pass"
     )
@@ -174,7 +178,8 @@ def _local_run(args: argparse.Namespace, lines: Iterator[SourceLine | None], wri
 
     translator = Translator(resolve_model_dir(args.model), device=args.device, shared_pool=True)
     size = SERVED_NO_REPEAT_NGRAM_SIZE if args.no_repeat_ngram_size is None else args.no_repeat_ngram_size
-    options = DecodeOptions(beam_size=args.beam_size, chunk_size=args.batch_size, no_repeat_ngram_size=size)
+    beam = DEFAULT_OPTIONS.beam_size if args.beam_size is None else args.beam_size
+    options = DecodeOptions(beam_size=beam, chunk_size=args.batch_size, no_repeat_ngram_size=size)
     translated = LocalTranslation(translator, args.source, args.target, options)
     for chunk in _chunks(lines, args.batch_size * 2):
         try:
@@ -196,10 +201,10 @@ class TranslateError(RuntimeError):
 
 def usage_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the command's options (one line, without the command's name), or None."""
-    if args.beam_size < 1 or args.batch_size < 1:
+    if (args.beam_size is not None and args.beam_size < 1) or args.batch_size < 1:
         return "--beam-size and --batch-size must be >= 1"
-    if args.url is None and args.beam_size > MAX_LOCAL_BEAM_SIZE:
-        return f"--beam-size {args.beam_size} is over {MAX_LOCAL_BEAM_SIZE} (its search would not fit in memory)"
+    if args.url is None and args.beam_size is not None and args.beam_size > MAX_BEAM_SIZE:
+        return f"--beam-size {args.beam_size} is over {MAX_BEAM_SIZE} (its search would not fit in memory)"
     if args.url is not None and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", args.url, re.IGNORECASE):
         return f"--url must be a server's http:// or https:// address, e.g. http://127.0.0.1:5000, got {args.url!r}"
     if not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -212,6 +217,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
             return f"--no-repeat-ngram-size {problem}"
     if sys.stdin is None and (not args.files or "-" in args.files):
         return "standard input is closed: name the input files"
+    if sys.stdout is None:  # (an AttributeError once the first lines were translated)
+        return "standard output is closed: the translations have nowhere to go (redirect it to a file)"
     return None
 
 

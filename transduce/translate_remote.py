@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -153,7 +154,8 @@ class _Remote:
 
     def check(self, limits: ServerLimits) -> None:
         """Refuse before sending anything what the server would refuse in every request."""
-        if limits.max_beam_size is not None and self.args.beam_size > limits.max_beam_size:
+        beam = self.args.beam_size
+        if limits.max_beam_size is not None and beam is not None and beam > limits.max_beam_size:
             raise TranslateError(
                 f"--beam-size {self.args.beam_size} is over the server's limit of {limits.max_beam_size} "
                 "(max_beam_size)"
@@ -188,20 +190,30 @@ class _Remote:
             "source": self.args.source,
             "target": self.args.target,
             "format": "text",
-            "beam_size": self.args.beam_size,
         }
+        if self.args.beam_size is not None:  # (else the server's default_beam_size: 4 was always sent)
+            body["beam_size"] = self.args.beam_size
         if self.args.api_key:
             body["api_key"] = self.args.api_key
         for attempt in range(1, RETRIES_BUSY + 1):
             try:
                 response = self.client.post("/translate", json=body)
             except httpx.HTTPError as exc:
-                return 0, f"{type(exc).__name__}: {exc}"
+                return 0, unreachable(self.args, exc)
             if response.status_code not in (429, 503) or attempt == RETRIES_BUSY:
                 break
-            time.sleep(_retry_after(response, attempt))
+            wait = _retry_after(response, attempt)
+            if wait > MAX_RETRY_WAIT_S:  # (a server asking for an hour was retried, silently, for two minutes)
+                problem = f"{_error_text(response)} (it asks to wait {wait:g} s: try again later)"
+                return response.status_code, f"server answered {response.status_code}: {problem}"
+            print(
+                f"transduce translate: the server answered {response.status_code}, trying again in {wait:g} s",
+                file=sys.stderr,
+            )
+            time.sleep(wait)
         if response.status_code != 200:
-            return response.status_code, f"server answered {response.status_code}: {_error_text(response)}"
+            hint = " (transduce translate: --api-key KEY)" if response.status_code in (401, 403) else ""
+            return response.status_code, f"server answered {response.status_code}: {_error_text(response)}{hint}"
         try:
             translated = response.json()["translatedText"]
         except (ValueError, KeyError, TypeError):
@@ -216,11 +228,20 @@ class _Remote:
         return 200, [_LINE_BREAK.sub(" ", t) for t in translated]
 
 
+def unreachable(args: argparse.Namespace, exc: Exception) -> str:
+    """What went wrong when no answer came from the server at ``args.url`` (it said "ConnectError: [Errno 111]")."""
+    import httpx
+
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer from {args.url} within {args.timeout:g} s (--timeout)"
+    return f"cannot reach {args.url}: {type(exc).__name__}: {exc}"
+
+
 def _retry_after(response: httpx.Response, attempt: int) -> float:
-    """Seconds to wait before try ``attempt + 1``: the server's Retry-After, else 1, 2, 4, 8 s (another server may
-    send none: five tries in 4 s did not outlast a minute's limit)."""
-    value = response.headers.get("retry-after", "")
-    return min(float(value) if value.isdigit() else 2.0 ** (attempt - 1), MAX_RETRY_WAIT_S)
+    """Seconds to wait before try ``attempt + 1``: the server's Retry-After (over ``MAX_RETRY_WAIT_S``: not retried),
+    else 1, 2, 4, 8 s (another server may send none: five tries in 4 s did not outlast a minute's limit)."""
+    value = response.headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else 2.0 ** (attempt - 1)
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -236,9 +257,12 @@ def remote_run(args: argparse.Namespace, lines: Iterator[SourceLine | None], wri
     import httpx
 
     with httpx.Client(base_url=args.url, timeout=args.timeout) as client:
-        limits = server_limits(client)
         remote = _Remote(args, client)
-        remote.check(limits)
+        try:
+            limits = server_limits(client)
+            remote.check(limits)
+        except httpx.HTTPError as exc:
+            raise TranslateError(unreachable(args, exc)) from None
         pending: deque[_Line] = deque()
 
         def settle(pieces: list[_Piece], translations: list[str]) -> None:

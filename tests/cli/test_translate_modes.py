@@ -3,6 +3,7 @@ with one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -151,6 +152,59 @@ def test_a_server_over_its_req_limit_is_waited_for(monkeypatch: pytest.MonkeyPat
     answers[:] = [httpx.Response(400, json={"error": "bad"})]
     with httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answers.pop(0))) as client:
         assert _Remote(args, client).post(["1"]) == (400, "server answered 400: bad")
+
+
+def test_url_leaves_the_beam_to_the_server_and_says_what_went_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--url sent beam 4 when no --beam-size was given (over a server's max_beam_size of 2: refused; the server's
+    default_beam_size overridden); a server asking to wait an hour was retried silently for two minutes; a server
+    down was "ConnectError: [Errno 111]", a key refused said to put it in the body."""
+    from transduce import translate_remote
+    from transduce.translate_remote import _Remote
+
+    bodies: list[dict[str, object]] = []
+    answers = [
+        httpx.Response(200, json={"translatedText": ["x"]}),
+        httpx.Response(429, headers={"Retry-After": "3600"}, json={"error": "too many requests"}),
+        httpx.Response(401, json={"error": "an API key is required"}),
+    ]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return answers.pop(0)
+
+    monkeypatch.setattr(translate_remote.time, "sleep", lambda s: pytest.fail(f"slept {s} s"))
+    args = type("Args", (), {"source": "en", "target": "de", "beam_size": None, "api_key": None})()
+    args.url, args.timeout = "http://server", 5.0
+    with httpx.Client(base_url="http://server", transport=httpx.MockTransport(answer)) as client:
+        remote = _Remote(args, client)
+        assert remote.post(["1"]) == (200, ["x"]) and "beam_size" not in bodies[0]
+        status, waited = remote.post(["1"])
+        assert status == 429 and "it asks to wait 3600 s: try again later" in str(waited)
+        assert remote.post(["1"]) == (
+            401,
+            "server answered 401: an API key is required (transduce translate: --api-key KEY)",
+        )
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    with httpx.Client(base_url="http://server", transport=httpx.MockTransport(refused)) as client:
+        assert _Remote(args, client).post(["1"]) == (
+            0,
+            "cannot reach http://server: ConnectError: [Errno 111] Connection refused",
+        )
+
+
+def test_closed_standard_output_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "transduce", "translate", "-s", "en", "-t", "de"],
+        input="Hello.\n",
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert result.returncode == 2 and "standard output is closed" in result.stderr, result.stderr
 
 
 def test_url_keeps_crlf_and_streams_blank_lines(tiny_translator: Translator) -> None:

@@ -39,6 +39,10 @@ def serve_env(**extra: str) -> dict[str, str]:
         ({"cors_origins": "https://*.example.com"}, "no wildcards inside a name"),
         ({"intra_threads": 9}, "intra_threads\n  Value error, 9 is over 4 x the 2 cores this process may use"),
         ({"engine_replicas": 1000}, "1000 is over 4 x the 2 cores"),
+        ({"file_ttl_s": float("inf")}, "file_ttl_s\n  Value error, must be at most 31536000 seconds (a year), got inf"),
+        ({"backlog": 2**31}, "backlog\n  Value error, must be at most 65535"),
+        ({"max_beam_size": 100_000}, "max_beam_size\n  Value error, must be at most 64"),
+        ({"host": " "}, "host\n  Value error, must name an address to listen on"),
     ],
 )
 def test_settings_that_cannot_work_are_refused(
@@ -113,8 +117,11 @@ def test_sighup_leaves_a_server_of_one_model_serving(tiny_model_dir: Path, tmp_p
     shutil.copytree(tiny_model_dir, model)
     env = serve_env(TRANSDUCE_MODEL_DIR=str(model), TRANSDUCE_API_KEY="secret")
     log = tmp_path / "serve.log"
+    (tmp_path / ".env").write_text("TRANSDUCE_REQ_LIMT=10\n")  # a typo in the .env file: warned of too
     with log.open("w") as out:
-        proc = subprocess.Popen([*TRANSDUCE, "serve", "--port", "0"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [*TRANSDUCE, "serve", "--port", "0"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
     try:
         deadline, url = time.monotonic() + 60, None
         while url is None and time.monotonic() < deadline and proc.poll() is None:
@@ -134,4 +141,6 @@ def test_sighup_leaves_a_server_of_one_model_serving(tiny_model_dir: Path, tmp_p
     text = log.read_text()
     assert "SIGHUP ignored: one model (model_dir) has nothing to rescan" in text
     assert "TRANSDUCE_API_KEY is not a setting, ignored (did you mean TRANSDUCE_API_KEYS?)" in text
+    env_file = tmp_path.resolve() / ".env"
+    assert f"TRANSDUCE_REQ_LIMT in {env_file} is not a setting, ignored (did you mean TRANSDUCE_REQ_LIMIT?)" in text
     assert re.search(r"listening on http://127\.0\.0\.1:\d+; API keys: none, every client is served", text)

@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+MAX_BEAM_SIZE = 64  # a beam keeps beam x vocabulary scores per sentence at every step: beyond, memory runs out
+
 
 @dataclass(frozen=True)
 class DecodeOptions:
@@ -28,8 +30,11 @@ class DecodeOptions:
     no_repeat_ngram_size: int = 0
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {self.beam_size}")
+        if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
+            raise ValueError(
+                f"beam_size must be between 1 (greedy) and {MAX_BEAM_SIZE} (a search keeps beam x vocabulary scores "
+                f"per sentence at every step: beyond, memory runs out), got {self.beam_size}"
+            )
         if not 1 <= self.num_hypotheses <= self.beam_size:
             raise ValueError(
                 f"num_hypotheses must be between 1 and beam_size ({self.beam_size}), got {self.num_hypotheses}"

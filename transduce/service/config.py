@@ -12,12 +12,20 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from transduce.engine.batcher import BatcherConfig
-from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions, SchedulerConfig, no_repeat_problem
+from transduce.engine.options import (
+    MAX_BEAM_SIZE,
+    SERVED_NO_REPEAT_NGRAM_SIZE,
+    DecodeOptions,
+    SchedulerConfig,
+    no_repeat_problem,
+)
 from transduce.engine.text import has_letters
 from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#*]+", re.IGNORECASE)  # what a browser's Origin header holds
 OVERSUBSCRIBED = 4  # intra_threads or engine_replicas above this many times the usable cores: refused
+MAX_FILE_TTL_S = 365 * 24 * 3600.0  # file_ttl_s: a year
+MAX_BACKLOG = 65_535  # backlog: the kernel's somaxconn caps what it keeps anyway
 MAX_REQ_LIMIT = 1_000_000_000  # req_limit (requests a minute): more is no limit, and a float overflows beyond 1e308
 # the engine's defaults, which the service's defaults are
 BATCHER, DECODE, SCHEDULER = BatcherConfig(), DecodeOptions(), SchedulerConfig()
@@ -263,6 +271,27 @@ class Settings(BaseSettings):
             raise ValueError(f"must be > 0 seconds, got {value}")
         return value
 
+    @field_validator("file_ttl_s")
+    @classmethod
+    def _ttl(cls, value: float) -> float:
+        if value > MAX_FILE_TTL_S:  # (inf made a full store's Retry-After a 500; 1e300 a 300-digit header)
+            raise ValueError(f"must be at most {MAX_FILE_TTL_S:.0f} seconds (a year), got {value}")
+        return value
+
+    @field_validator("max_beam_size")
+    @classmethod
+    def _beam_cap(cls, value: int) -> int:
+        if value > MAX_BEAM_SIZE:
+            raise ValueError(f"must be at most {MAX_BEAM_SIZE} (a search keeps beam x vocabulary scores), got {value}")
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not value.strip():  # (`--host "$HOST"` with HOST unset bound every interface)
+            raise ValueError("must name an address to listen on, such as 127.0.0.1 (every interface: 0.0.0.0)")
+        return value
+
     @field_validator("port")
     @classmethod
     def _port(cls, value: int) -> int:
@@ -341,6 +370,13 @@ class Settings(BaseSettings):
     def _positive_count(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"must be >= 1, got {value}")
+        return value
+
+    @field_validator("backlog")
+    @classmethod
+    def _backlog(cls, value: int) -> int:
+        if value > MAX_BACKLOG:  # (2**31 failed after the model loaded, with a traceback)
+            raise ValueError(f"must be at most {MAX_BACKLOG} (the kernel caps it at net.core.somaxconn), got {value}")
         return value
 
     @field_validator("request_read_timeout_s")
