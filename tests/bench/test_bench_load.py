@@ -152,3 +152,12 @@ def test_the_servers_take_no_dotenv_and_no_models_from_where_the_bench_runs(
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def test_no_clients_or_no_requests_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--concurrency 0`` or ``--requests 0`` ran, then ended in numpy's IndexError."""
+    from transduce.cli import main
+
+    assert main(["bench", "load", "--concurrency", "0", "--requests", "1"]) == 1
+    assert main(["bench", "load", "--concurrency", "1", "--requests", "0"]) == 1
+    assert capsys.readouterr().err.count("--concurrency and --requests must be >= 1") == 2

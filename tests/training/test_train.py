@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import socket
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -71,6 +73,23 @@ def test_noam_schedule_peaks_at_warmup() -> None:
     values = [noam_lr(s, 512, 4000) for s in (1, 2000, 4000, 8000)]
     assert values[0] < values[1] < values[2] > values[3]
     assert values[2] == pytest.approx(512**-0.5 * 4000**-0.5)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"max_steps": -1}, "max_steps and max_minutes must be >= 0"),  # it wrote an untrained model, exit 0
+        ({"max_minutes": -1.0}, "max_steps and max_minutes must be >= 0"),
+        ({"keep_checkpoints": 0}, "keep_checkpoints and average_last must be >= 1"),
+        ({"label_smoothing": 5.0}, "label_smoothing and dropout must be >= 0 and < 1"),  # a torch traceback, later
+        ({"dropout": 2.0}, "label_smoothing and dropout must be >= 0 and < 1"),  # once the tokenizer was trained
+        ({"d_model": 250, "n_heads": 3}, "d_model (250) must be a multiple of n_heads (3)"),
+        ({"threads": -3}, "threads must be >= 0"),
+    ],
+)
+def test_a_config_that_cannot_train_is_refused_when_built(bad: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dataclasses.replace(TINY, **bad)
 
 
 def test_token_batches_respect_the_budget_and_cover_the_data(tmp_path: Path) -> None:

@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
             from transduce.bench.load import run as run_load
 
             levels = tuple(int(c) for c in args.concurrency.split(","))
+            if min(levels) < 1 or args.requests < 1:  # (0 ran, then ended in numpy's IndexError)
+                raise ValueError(f"--concurrency and --requests must be >= 1, got {args.concurrency}, {args.requests}")
             run_load(
                 str(resolve_model_dir(args.model)),
                 concurrency=levels,

@@ -79,6 +79,23 @@ class TrainConfig:
             raise ValueError(f"vocab_size must be at least 1, got {self.vocab_size}")
         if self.warmup_steps < 1 or self.lr_scale <= 0:
             raise ValueError("warmup_steps must be >= 1 and lr_scale > 0")
+        # checked here, before the tokenizer is trained (a minute and more), not when the model or the loss is built
+        if self.max_steps < 0 or not 0 <= self.max_minutes < float("inf"):  # (-1 wrote an untrained model, exit 0)
+            raise ValueError(
+                f"max_steps and max_minutes must be >= 0 (0 = no limit), got {self.max_steps}, {self.max_minutes}"
+            )
+        if self.keep_checkpoints < 1 or self.average_last < 1:
+            raise ValueError(
+                f"keep_checkpoints and average_last must be >= 1, got {self.keep_checkpoints}, {self.average_last}"
+            )
+        if not (0 <= self.label_smoothing < 1 and 0 <= self.dropout < 1):
+            raise ValueError(
+                f"label_smoothing and dropout must be >= 0 and < 1, got {self.label_smoothing}, {self.dropout}"
+            )
+        if self.n_heads < 1 or self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0 = all cores), got {self.threads}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
