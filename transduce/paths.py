@@ -39,6 +39,14 @@ def check_output(out: str | Path, inputs: Iterable[str | Path | None], *, what: 
             raise ValueError(f"{what} {out} would overwrite the input {given}: write it somewhere else")
 
 
+def check_file_target(out: str | Path, *, what: str) -> None:
+    """ValueError unless ``out`` can be a file's name: not a directory, in a directory that exists (checked before
+    the work, not found after it: a table computed for minutes was lost to "[Errno 21] Is a directory")."""
+    path = Path(out)
+    if path.is_dir() or not path.resolve().parent.is_dir():
+        raise ValueError(f"{what} {out}: name a file in an existing directory")
+
+
 def check_replaceable_dir(
     out: str | Path, marker: str, *, what: str, stamp: tuple[str, str] | None = None, hint: str = ""
 ) -> None:

@@ -154,10 +154,16 @@ def test_the_servers_take_no_dotenv_and_no_models_from_where_the_bench_runs(
         proc.wait(60)
 
 
-def test_no_clients_or_no_requests_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--concurrency 0`` or ``--requests 0`` ran, then ended in numpy's IndexError."""
+def test_no_clients_no_requests_or_a_file_for_out_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--concurrency 0`` or ``--requests 0`` ran, then ended in numpy's IndexError; an ``--out`` that is a file was
+    found once the whole benchmark had run ("[Errno 17] File exists")."""
     from transduce.cli import main
 
     assert main(["bench", "load", "--concurrency", "0", "--requests", "1"]) == 1
     assert main(["bench", "load", "--concurrency", "1", "--requests", "0"]) == 1
     assert capsys.readouterr().err.count("--concurrency and --requests must be >= 1") == 2
+    (tmp_path / "results.txt").write_text("kept\n")
+    assert main(["bench", "load", "--out", str(tmp_path / "results.txt")]) == 1
+    assert "is a file: name a directory for the results" in capsys.readouterr().err

@@ -205,7 +205,9 @@ def test_builder_ranks_the_translation_first(tiny_checkpoint: Path, tmp_path: Pa
         directions(columns, tok, [("en", "fr")])
 
 
-def test_cli_builds_a_table_the_export_picks_up(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_cli_builds_a_table_the_export_picks_up(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from transduce.cli import main
 
     checkpoint = tmp_path / "ckpt" / "checkpoint.pt"
@@ -221,6 +223,10 @@ def test_cli_builds_a_table_the_export_picks_up(tiny_checkpoint: Path, tmp_path:
     table.write_bytes(table.read_bytes() + b"\0")
     assert is_stale(checkpoint, tmp_path / "model", table)
     assert main(["shortlist", "--data", str(tmp_path / "nowhere"), "--checkpoint", str(checkpoint)]) == 1
+    capsys.readouterr()
+    for out in (tmp_path / "model", tmp_path / "no" / "such" / "t.npz"):  # checked before the table is computed
+        assert main(["shortlist", "--data", str(corpus), "--checkpoint", str(checkpoint), "--out", str(out)]) == 1
+    assert capsys.readouterr().err.count("name a file in an existing directory") == 2  # (an OSError, after it)
 
 
 def test_a_final_logits_bias_is_refused_with_what_to_do(tiny_checkpoint: Path, tmp_path: Path) -> None:

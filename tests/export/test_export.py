@@ -108,7 +108,7 @@ def test_stale_detection_and_reexport(tiny_checkpoint: Path, tmp_path: Path) -> 
 def test_bad_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x00" * 100)
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="is not a transduce checkpoint, or is damaged"):
         export_model(bad, tmp_path / "out")
     with pytest.raises(ValueError, match="does not exist"):
         export_model(tmp_path / "missing.pt", tmp_path / "out")

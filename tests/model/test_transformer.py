@@ -117,8 +117,15 @@ def test_checkpoint_round_trip_fp16(tmp_path: Path) -> None:
     with torch.no_grad():
         assert torch.allclose(model(src, mask, tgt), loaded.model(src, mask, tgt), atol=2e-2)
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="is not a transduce checkpoint, or is damaged"):
         load_checkpoint(tmp_path / "bad.pt")
+    import pickle
+
+    (tmp_path / "pickled.pt").write_bytes(pickle.dumps({"steps": {1, 2}}, protocol=4))  # weights_only refuses a set
+    with pytest.raises(ValueError) as refused:
+        load_checkpoint(tmp_path / "pickled.pt")
+    assert "\n" not in str(refused.value) and "weights_only" not in str(refused.value)  # (torch's 7 lines advised
+    assert str(refused.value).endswith("(UnpicklingError: it holds objects a checkpoint never has)")  # unsafe loading)
 
 
 def test_beams_share_their_sentences_cross_attention() -> None:

@@ -53,6 +53,10 @@ def test_a_ragged_row_a_bad_limit_and_json_over_the_test_set_are_refused_before_
     (tmp_path / "adir").mkdir()
     assert main([*args, "--json", str(tmp_path / "adir")]) == 1
     assert "name a file in an existing directory" in capsys.readouterr().err
+    assert main([*args, "--beam-size", "100000"]) == 1  # (it grew to 4.5 GB until killed)
+    assert "--beam-size must be between 1 (greedy) and 64, got 100000" in capsys.readouterr().err
+    tsv.write_text("\ufefforigin\tEN\tDe \nbible\tThe cat.\tDie Katze.\n")  # a byte-order mark, codes in capitals
+    assert read_tsv(tsv, "en", "DE") == [("bible", "The cat.", "Die Katze.")]
 
 
 def test_headerless_dev_sets_take_their_columns_from_the_file_name(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         threads = tuple(int(t) for t in str(args.threads).split(",") if t.strip())
         if not threads or min(threads) < 1:
             raise ValueError(f"--threads must list positive thread counts, got {args.threads!r}")
+        if out.exists() and not out.is_dir():  # (found once the whole benchmark had run: "[Errno 17] File exists")
+            raise ValueError(f"--out {out} is a file: name a directory for the results")
         if args.which == "engines":
             from transduce.bench.engines import run as run_engines
 

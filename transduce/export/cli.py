@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"transduce export: checkpoint {args.checkpoint} does not exist", file=sys.stderr)
         return 1
     print(
-        f"exporting {args.checkpoint} -> {args.out_dir} (encoder, decoder, gather + verification) ...", file=sys.stderr
+        f"exporting {args.checkpoint} -> {args.out_dir} (encoder, decoder, gather"
+        f"{'' if args.no_verify else ' + verification'}) ...",
+        file=sys.stderr,
     )
     int8 = args.dtype == "int8"
     shortlist = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,9 +82,14 @@ def load_raw(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"checkpoint {path} does not exist")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # (torch warns of a pickle protocol before it refuses a foreign file)
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for corrupt files
-        raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
+        # one line, and never torch's advice to load it with weights_only=False (which would run its code)
+        pickled = "weights_only" in str(exc)
+        problem = f"{type(exc).__name__}: it holds objects a checkpoint never has" if pickled else first_line(exc)
+        raise ValueError(f"{path} is not a transduce checkpoint, or is damaged ({problem})") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not a transduce checkpoint")
     if payload.get("format_version", 0) > FORMAT_VERSION:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
+from transduce.engine.options import MAX_BEAM_SIZE, SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,15 @@ def read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str,
 
 
 def _read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str, str]]:
-    name_langs = Path(path).name.rsplit(".", 2)[-2].split("-") if Path(path).name.count(".") >= 2 else []
-    with open(path, encoding="utf-8", newline="") as f:
+    name = Path(path).name.lower()
+    name_langs = name.rsplit(".", 2)[-2].split("-") if name.count(".") >= 2 else []
+    source, target = source.lower(), target.lower()  # (codes in any case, as everywhere: "EN" was refused)
+    with open(path, encoding="utf-8-sig", newline="") as f:  # (a byte-order mark had become part of the header)
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         first = next(reader, None)
-        if first is not None and source in first and target in first:
-            header, rows = first, list(reader)
+        named = [cell.strip().lower() for cell in first or ()]
+        if first is not None and source in named and target in named:
+            header, rows = named, list(reader)
         elif first is not None and len(name_langs) == 2 and {source, target} <= set(name_langs):
             header, rows = name_langs, [first, *reader]
         else:
@@ -59,7 +62,7 @@ def _read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str
     si, ti = header.index(source), header.index(target)
     oi = header.index("origin") if "origin" in header else None
     stem = Path(path).name.split(".")[0]  # the origin of every row of a file without an origin column
-    first_line = 2 if header is first else 1
+    first_line = 2 if header is named else 1
     for n, row in enumerate(rows, first_line):
         if any(cell.strip() for cell in row) and len(row) != len(header):  # blank: skipped; ragged: refused
             raise ValueError(f"{path}: line {n} has {len(row)} columns, the header {len(header)}: fix or remove it")
@@ -179,7 +182,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print a markdown table of BLEU/chrF (overall and per origin)."""
     from transduce.engine.errors import ModelLoadError
-    from transduce.paths import check_output, replacing_file
+    from transduce.paths import check_file_target, check_output, replacing_file
     from transduce.shipped import resolve_model_dir
 
     if (problem := no_repeat_problem(args.no_repeat_ngram_size)) is not None:
@@ -189,10 +192,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be at least 1, got {args.limit}")
+        if not 1 <= args.beam_size <= MAX_BEAM_SIZE:  # (100,000 grew to 4.5 GB until killed)
+            raise ValueError(f"--beam-size must be between 1 (greedy) and {MAX_BEAM_SIZE}, got {args.beam_size}")
         if args.json:  # checked before the evaluation, not found unwritable after it
             check_output(args.json, args.tsv, what="--json")
-            if Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir():
-                raise ValueError(f"--json {args.json}: name a file in an existing directory")
+            check_file_target(args.json, what="--json")
         model_dir = resolve_model_dir(args.model)
         if args.json:
             check_output(args.json, [*Path(model_dir).iterdir()], what="--json")  # never a file of the model

@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     """Build and write the table; errors are one line on stderr and exit status 1."""
     from transduce.export.onnx_export import language_pairs
     from transduce.model.checkpoint import load_checkpoint
-    from transduce.paths import check_output
+    from transduce.paths import check_file_target, check_output
 
     started = time.monotonic()
     try:
@@ -176,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"checkpoint {checkpoint} does not exist")
         out = Path(args.out) if args.out else checkpoint.parent / "shortlist.npz"
         check_output(out, [checkpoint, Path(args.data) / "train.tsv"], what="the table")
+        check_file_target(out, what="--out")
         ckpt = load_checkpoint(checkpoint)
         tokenizer = ckpt.tokenizer()
         columns, pairs = read_pairs(Path(args.data), config.max_pairs, config.seed)
