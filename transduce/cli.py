@@ -69,11 +69,21 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _version() -> str:
+    """The installed package's version (pyproject.toml's, as pip installed it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transduce")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def _top_parser() -> argparse.ArgumentParser:
     parser = OneLineErrors(
         prog="transduce",
         description="transduce: a machine-translation server (Transformer -> ONNX -> onnxruntime).",
-        epilog="Run `transduce COMMAND --help` for the options of a command.",
+        epilog="Run `transduce COMMAND --help` for the options of a command; `transduce --version` for the version.",
     )
     parser.add_argument(
         "command",
@@ -91,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         top.print_help()
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"transduce {_version()}")
+        return 0
     if argv[0] not in COMMANDS:
         top.error(f"unknown command {argv[0]!r} (choose from {', '.join(sorted(COMMANDS))})")
     name, rest = argv[0], argv[1:]

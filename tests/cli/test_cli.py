@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def test_every_command_has_help_with_defaults(command: str) -> None:
 
 def test_top_level_help_and_unknown_command() -> None:
     assert run("--help").returncode == 0
+    version = run("--version")  # (there was none)
+    assert (version.returncode, version.stdout) == (0, f"transduce {importlib.metadata.version('transduce')}\n")
     bad = run("frobnicate")
     assert bad.returncode == 2 and "unknown command" in bad.stderr
 

@@ -92,6 +92,21 @@ def test_a_config_that_cannot_train_is_refused_when_built(bad: dict[str, Any], m
         dataclasses.replace(TINY, **bad)
 
 
+@pytest.mark.parametrize("weights", ["bible=x", "bible", "=2", "bible=-1", "bible=inf"])
+def test_a_bad_origin_weight_is_named(weights: str) -> None:
+    """``--origin-weights bible=x`` said "could not convert string to float: 'x'"."""
+    from transduce.training.cli import _origin_weight
+
+    assert _origin_weight(" bible=0.25") == ("bible", 0.25)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"--origin-weights takes ORIGIN=WEIGHT pairs with a weight >= 0, such as bible=0.25; got {weights!r}"
+        ),
+    ):
+        _origin_weight(weights)
+
+
 def test_token_batches_respect_the_budget_and_cover_the_data(tmp_path: Path) -> None:
     data = write_corpus(tmp_path / "data")
     trainer = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=1), progress=False)

@@ -66,6 +66,20 @@ def corpus_languages(data: Path) -> tuple[str, ...] | None:
     return tuple(sorted(header[1:3])) if len(header) >= 3 and header[0] == "origin" else None
 
 
+def _origin_weight(item: str) -> tuple[str, float]:
+    """One ``ORIGIN=WEIGHT`` of ``--origin-weights`` (``bible=x`` said "could not convert string to float")."""
+    origin, equals, weight = item.partition("=")
+    try:
+        value = float(weight)
+    except ValueError:
+        value = float("nan")
+    if not equals or not origin.strip() or not 0 <= value < float("inf"):
+        raise ValueError(
+            f"--origin-weights takes ORIGIN=WEIGHT pairs with a weight >= 0, such as bible=0.25; got {item!r}"
+        )
+    return origin.strip(), value
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """Build and validate the TrainConfig; the languages default to the corpus's (``--data``), and languages given
     with ``--languages`` must include them."""
@@ -81,9 +95,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                 f"--languages {args.languages} lacks {','.join(missing)}, a language of the corpus {args.data} "
                 f"({','.join(corpus or ())}); leave --languages out to take the corpus's"
             )
-    values["origin_weights"] = tuple(
-        (k, float(v)) for k, v in (kv.split("=") for kv in args.origin_weights.split(",") if kv)
-    )
+    values["origin_weights"] = tuple(_origin_weight(kv) for kv in args.origin_weights.split(",") if kv)
     return TrainConfig(**values)
 
 
