@@ -262,6 +262,12 @@ def test_load_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
     (mismatch / "manifest.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="not valid JSON"):
         Translator(mismatch)
+    for pairs, problem in (([["en", "fr"]], r"lists pairs in \['fr'\], not among its languages"), ([], "no pairs")):
+        manifest = json.loads((tiny_model_dir / "manifest.json").read_text())  # (a traceback at the canary)
+        manifest["pairs"] = pairs
+        (mismatch / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(ModelLoadError, match=problem):
+            Translator(mismatch)
 
 
 @pytest.mark.parametrize("damaged", ["gather.onnx", "tokenizer.model", "decoder_cpu.onnx"])

@@ -120,6 +120,10 @@ def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifes
         raise ModelLoadError(f"{path} lacks a required field or has a wrong type: {exc!r}") from exc
     if manifest.dtype not in DTYPES:
         raise ModelLoadError(f"{path} has dtype {manifest.dtype!r}; this engine reads {' or '.join(DTYPES)}")
+    unknown = sorted({code for pair in manifest.pairs for code in pair} - set(manifest.languages))
+    if not manifest.pairs or unknown:  # (a traceback when the start-up canary translated a pair of neither)
+        problem = f"pairs in {unknown}, not among its languages {list(manifest.languages)}" if unknown else "no pairs"
+        raise ModelLoadError(f"{path} lists {problem}: export the model again")
     if check_files:
         check_files_of(manifest)
     return manifest
