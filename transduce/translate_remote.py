@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 RETRIES_BUSY = 5  # attempts for a request the server answers 503 (busy, starting) or 429 (req_limit), honouring
 # its Retry-After
-MAX_RETRY_WAIT_S = 30.0
+MAX_RETRY_WAIT_S = 60.0  # this server's own Retry-After goes up to 60 s (a full queue, req_limit 1): waited for
 _LINE_BREAK = re.compile(r"\r?\n")
 LINE_BY_LINE = (400, 413)  # statuses that may be about one text of a request: then each line is sent alone
 

@@ -139,14 +139,14 @@ def test_a_server_over_its_req_limit_is_waited_for(monkeypatch: pytest.MonkeyPat
     from transduce import translate_remote
     from transduce.translate_remote import _Remote
 
-    answers = [httpx.Response(429, headers={"Retry-After": "2"}, json={"error": "too many requests"})] * 2
+    answers = [httpx.Response(429, headers={"Retry-After": wait}, json={"error": "too busy"}) for wait in ("2", "60")]
     answers.append(httpx.Response(200, json={"translatedText": ["x"]}))
     slept: list[float] = []
     monkeypatch.setattr(translate_remote.time, "sleep", slept.append)
     args = type("Args", (), {"source": "en", "target": "de", "beam_size": 4, "api_key": None})()
     with httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answers.pop(0))) as client:
         assert _Remote(args, client).post(["1"]) == (200, ["x"])
-    assert slept == [2.0, 2.0]
+    assert slept == [2.0, 60.0]  # (this server asks for up to 60 s: a wait over 30 ended the run)
     no_header = httpx.Response(429)
     assert [translate_remote._retry_after(no_header, attempt) for attempt in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
     answers[:] = [httpx.Response(400, json={"error": "bad"})]

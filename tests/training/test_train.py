@@ -78,12 +78,13 @@ def test_noam_schedule_peaks_at_warmup() -> None:
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        ({"max_steps": -1}, "max_steps and max_minutes must be >= 0"),  # it wrote an untrained model, exit 0
-        ({"max_minutes": -1.0}, "max_steps and max_minutes must be >= 0"),
+        ({"max_steps": -1}, "max_steps and max_minutes must be finite and >= 0"),  # it wrote an untrained model, exit 0
+        ({"max_minutes": -1.0}, "max_steps and max_minutes must be finite and >= 0"),
         ({"keep_checkpoints": 0}, "keep_checkpoints and average_last must be >= 1"),
         ({"label_smoothing": 5.0}, "label_smoothing and dropout must be >= 0 and < 1"),  # a torch traceback, later
         ({"dropout": 2.0}, "label_smoothing and dropout must be >= 0 and < 1"),  # once the tokenizer was trained
-        ({"d_model": 250, "n_heads": 3}, "d_model (250) must be a multiple of n_heads (3)"),
+        ({"d_model": 250, "n_heads": 3}, "n_heads must be >= 1 and divide d_model (250), got 3"),
+        ({"max_minutes": float("inf")}, "max_steps and max_minutes must be finite and >= 0"),
         ({"threads": -3}, "threads must be >= 0"),
     ],
 )
@@ -168,6 +169,12 @@ def test_loss_goes_down_and_resume_matches_uninterrupted(tmp_path: Path) -> None
     assert again.run()["steps"] == 40  # a run at its limit takes no further step (it took one per call)
     for (name, a), b in zip(straight.model.state_dict().items(), again.model.state_dict().values(), strict=True):
         assert torch.allclose(a, b, atol=1e-6), name
+    last = tmp_path / "b" / "last.pt"  # a run saved with limits refused today resumes with the ones given now
+    payload = torch.load(last, weights_only=True)
+    payload["train_config"].update(max_steps=-1, keep_checkpoints=0, average_last=0)
+    torch.save(payload, last)
+    later = Trainer(data, tmp_path / "b", dataclasses.replace(TINY, max_steps=40), progress=False).cfg
+    assert (later.max_steps, later.keep_checkpoints > 100, later.average_last > 100) == (40, True, True)
 
 
 def test_warm_start_takes_the_checkpoints_weights_tokenizer_and_dimensions(tmp_path: Path) -> None:

@@ -122,7 +122,8 @@ def row_peak() -> int:
     ``reduce_range``). Read from /proc/cpuinfo; elsewhere x86 is taken to lack VNNI."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+            fields = (line.partition(":") for line in cpuinfo)
+            flags = next((value.split() for key, _, value in fields if key.strip() == "flags"), [])
     except OSError:
         flags = []
     return peak_for(platform.machine(), flags)

@@ -290,7 +290,7 @@ class Settings(BaseSettings):
     def _host(cls, value: str) -> str:
         if not value.strip():  # (`--host "$HOST"` with HOST unset bound every interface)
             raise ValueError("must name an address to listen on, such as 127.0.0.1 (every interface: 0.0.0.0)")
-        return value
+        return value.strip()
 
     @field_validator("port")
     @classmethod

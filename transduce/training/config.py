@@ -82,7 +82,8 @@ class TrainConfig:
         # checked here, before the tokenizer is trained (a minute and more), not when the model or the loss is built
         if self.max_steps < 0 or not 0 <= self.max_minutes < float("inf"):  # (-1 wrote an untrained model, exit 0)
             raise ValueError(
-                f"max_steps and max_minutes must be >= 0 (0 = no limit), got {self.max_steps}, {self.max_minutes}"
+                "max_steps and max_minutes must be finite and >= 0 (0 = no limit), "
+                f"got {self.max_steps}, {self.max_minutes}"
             )
         if self.keep_checkpoints < 1 or self.average_last < 1:
             raise ValueError(
@@ -93,7 +94,7 @@ class TrainConfig:
                 f"label_smoothing and dropout must be >= 0 and < 1, got {self.label_smoothing}, {self.dropout}"
             )
         if self.n_heads < 1 or self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
+            raise ValueError(f"n_heads must be >= 1 and divide d_model ({self.d_model}), got {self.n_heads}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = all cores), got {self.threads}")
 

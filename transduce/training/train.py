@@ -28,6 +28,7 @@ from transduce.training.config import TrainConfig, noam_lr
 from transduce.training.decode import greedy
 
 log = logging.getLogger("transduce.train")
+_ALL_CHECKPOINTS = 1_000_000  # keep_checkpoints / average_last of a run saved with 0, which kept and averaged all
 
 
 def _rank_world() -> tuple[int, int]:
@@ -119,10 +120,12 @@ class Trainer:
             )
         if init is not None and not isinstance(init.get("model_config"), dict):
             raise ValueError(f"--init-from {cfg.init_from} is incomplete: it has no model_config")
-        if resume:
-            cfg = dataclasses.replace(
-                TrainConfig.from_dict(resume["train_config"]), max_steps=cfg.max_steps, max_minutes=cfg.max_minutes
-            )
+        if resume:  # the limits given now replace the saved ones before the config is checked (a run saved with
+            # limits refused today, -1 steps say, resumes with sound ones); keep_checkpoints/average_last 0 meant all
+            saved = dict(resume["train_config"])
+            for name in ("keep_checkpoints", "average_last"):
+                saved[name] = saved.get(name) or _ALL_CHECKPOINTS
+            cfg = TrainConfig.from_dict({**saved, "max_steps": cfg.max_steps, "max_minutes": cfg.max_minutes})
         elif init:
             cfg = warm_start_config(cfg, init, self.out_dir)
         self.cfg = cfg
