@@ -111,6 +111,32 @@ def test_failed_quantisation_leaves_the_old_directory(tiny_model_dir: Path, tmp_
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp directory left behind
 
 
+def test_int8_weight_bits_follow_the_cpu_unless_set(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """7 bits where the CPU lacks VNNI (its int8 kernels saturate on full-range weights), or as
+    TRANSDUCE_INT8_WEIGHT_BITS says (the Docker image is built on one machine and runs on others)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from transduce.export.quantize import quantize_model_dir
+
+    def widest(model: Path) -> int:
+        graph = onnx.load(str(model / "decoder.onnx")).graph
+        weights = [numpy_helper.to_array(t) for t in graph.initializer if t.data_type == onnx.TensorProto.INT8]
+        return max(int(np.abs(w.astype(np.int16)).max()) for w in weights)
+
+    for bits, peak in (("7", 64), ("8", 127)):
+        monkeypatch.setenv("TRANSDUCE_INT8_WEIGHT_BITS", bits)
+        manifest = quantize_model_dir(tiny_model_dir, tmp_path / bits)
+        assert manifest["int8_weight_bits"] == int(bits) and widest(tmp_path / bits) <= peak
+    assert widest(tmp_path / "8") > 64
+    monkeypatch.setenv("TRANSDUCE_INT8_WEIGHT_BITS", "6")
+    with pytest.raises(ValueError, match="TRANSDUCE_INT8_WEIGHT_BITS must be 7 or 8"):
+        quantize_model_dir(tiny_model_dir, tmp_path / "six")
+
+
 def test_int8_quantises_every_weight_matrix_of_the_decoder(tiny_model_dir: Path, tmp_path: Path) -> None:
     import onnx
 

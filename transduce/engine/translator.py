@@ -163,7 +163,8 @@ class Translator:
         if m.dtype == "int8-dynamic" and m.raw.get("int8_weight_bits") != 7 and row_peak() < 127:
             log.warning(
                 "%s has 8-bit int8 weights, whose MatMuls can saturate on this CPU (x86 without VNNI): export it "
-                "again here (`transduce export --dtype int8`), which quantises to 7 bits",
+                "again here (`transduce export --dtype int8`) or with TRANSDUCE_INT8_WEIGHT_BITS=7, as the Docker "
+                "image's build does",
                 m.model_name,
             )
         plan, cpu_plan = planned(on_cuda), planned(False)

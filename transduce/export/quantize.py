@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,21 +22,19 @@ def quantize_model_dir(
     int8 runs on the CPU: the decoder quantised is the export's CPU decoder (fused self-attention) when it has one,
     written as the int8 export's only full-vocabulary decoder; a shortlist decoder is quantised and kept, and takes
     its candidates' projection rows as int8 too (``int8_projection``). Weights are quantised to 7 bits on an x86 CPU
-    without VNNI (``row_peak``: its int8 kernels saturate on full-range weights; onnxruntime's ``reduce_range``), the
-    manifest's ``int8_weight_bits`` says which.
+    without VNNI (``row_peak``: its int8 kernels saturate on full-range weights; onnxruntime's ``reduce_range``) or
+    when ``TRANSDUCE_INT8_WEIGHT_BITS`` is 7; the manifest's ``int8_weight_bits`` says which.
 
     Written beside ``dst`` and moved into place at the end: a failure leaves an existing ``dst`` as it was.
     ``extra`` entries are added to the manifest."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from transduce.engine.shortlist import row_peak
-
     src, dst = Path(src), Path(dst)
     dtype = json.loads((src / names.MANIFEST_FILE).read_text()).get("dtype", "float32")
     if dtype != "float32":
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
-    seven_bits = row_peak() < 127
+    seven_bits = _seven_bits()
     with replacing_dir(dst, marker=ONNX_EXPORT, inputs=(src, *inputs)) as work:
         shutil.copytree(src, work, dirs_exist_ok=True)
         manifest = json.loads((work / names.MANIFEST_FILE).read_text())
@@ -72,6 +71,20 @@ def quantize_model_dir(
         manifest.update(extra or {})
         (work / names.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+INT8_BITS_ENV = "TRANSDUCE_INT8_WEIGHT_BITS"  # 7 or 8: the int8 weights' bits whatever this CPU (the Docker build)
+
+
+def _seven_bits() -> bool:
+    """Whether to quantise weights to 7 bits: ``TRANSDUCE_INT8_WEIGHT_BITS`` when set (an image built on one machine
+    runs on others), else this CPU's need (``row_peak``)."""
+    from transduce.engine.shortlist import row_peak
+
+    bits = os.environ.get(INT8_BITS_ENV, "").strip()
+    if bits not in ("", "7", "8"):
+        raise ValueError(f"{INT8_BITS_ENV} must be 7 or 8 (unset: what this CPU needs), got {bits!r}")
+    return bits == "7" if bits else row_peak() < 127
 
 
 def int8_projection(graph_path: Path) -> None:
