@@ -30,7 +30,7 @@ COPY transduce/engine ./transduce/engine
 COPY transduce/service ./transduce/service
 RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 transduce
 COPY --from=export /opt/transduce/model /models/default
-USER transduce
+USER 10001:10001
 ENV TRANSDUCE_MODEL_DIR=/models/default TRANSDUCE_HOST=0.0.0.0 TRANSDUCE_PORT=5000 TRANSDUCE_DEVICE=auto
 EXPOSE 5000
 # readiness on the port the server listens on, with the first API key (TRANSDUCE_PROTECT_HEALTH asks for one)

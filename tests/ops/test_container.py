@@ -48,7 +48,12 @@ def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
     assert "torch" not in runs and "build-essential" not in runs and "gcc" not in runs
     assert "pip install --no-cache-dir ." in runs  # the base install: onnxruntime-gpu, fastapi, ... and no extras
     instructions = dict(runtime)
-    assert instructions["USER"] not in ("root", "0")
+    user, _, group = instructions["USER"].partition(":")  # numeric: Kubernetes' runAsNonRoot refuses a name
+    assert user.isdigit() and int(user) != 0 and (not group or group.isdigit())
+    assert "useradd --create-home --uid " + user in runs  # (with a home, for libraries that want one)
+    lines = (ROOT / ".dockerignore").read_text().splitlines()  # the build context: what the COPYs name, no .venv
+    ignored = [line for line in lines if line and not line.startswith("#")]
+    assert ignored[:4] == ["*", "!pyproject.toml", "!README.md", "!transduce/"]
     assert "/health/ready" in instructions["HEALTHCHECK"]
     assert instructions["STOPSIGNAL"] == "SIGTERM"
     assert instructions["ENTRYPOINT"] == '["transduce", "serve"]'
@@ -89,7 +94,11 @@ def test_compose_reserves_the_gpu_and_has_a_cpu_profile() -> None:
     assert cpu["profiles"] == ["cpu"] and "deploy" not in cpu and cpu["environment"]["TRANSDUCE_DEVICE"] == "cpu"
     for service in (gpu, cpu):
         assert service["build"]["args"]["MODEL_DTYPE"] == "${TRANSDUCE_MODEL_DTYPE:-float32}"
-        assert service["ports"] == ["${TRANSDUCE_PORT:-5000}:5000"]
+        assert service["ports"] == ["${TRANSDUCE_HOST_PORT:-5000}:5000"]
+        # a .env file's settings reach the server, but never where it listens (the port mapping's other end)
+        assert service["env_file"] == [{"path": ".env", "required": False}] and service["init"] is True
+        assert (service["environment"]["TRANSDUCE_HOST"], service["environment"]["TRANSDUCE_PORT"]) == ("0.0.0.0", 5000)
+        assert service["build"]["args"]["INT8_WEIGHT_BITS"] == "${TRANSDUCE_INT8_WEIGHT_BITS:-7}"
         assert "/health/ready" in " ".join(service["healthcheck"]["test"])
         assert service["restart"] == "unless-stopped"
         assert int(service["stop_grace_period"].rstrip("s")) > 30  # longer than the default drain grace
