@@ -126,6 +126,13 @@ def test_checkpoint_round_trip_fp16(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "pickled.pt")
     assert "\n" not in str(refused.value) and "weights_only" not in str(refused.value)  # (torch's 7 lines advised
     assert str(refused.value).endswith("(UnpicklingError: it holds objects a checkpoint never has)")  # unsafe loading)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(
+        ValueError, match=r"\(EOFError: it is empty, cut short or not a torch file\)$"
+    ):  # ("EOFError: ")
+        load_checkpoint(tmp_path / "empty.pt")
+    with pytest.raises(ValueError, match="is a directory: name the checkpoint file"):
+        load_checkpoint(tmp_path)
 
 
 def test_beams_share_their_sentences_cross_attention() -> None:

@@ -57,6 +57,8 @@ def test_a_ragged_row_a_bad_limit_and_json_over_the_test_set_are_refused_before_
     assert "--beam-size must be between 1 (greedy) and 64, got 100000" in capsys.readouterr().err
     tsv.write_text("\ufefforigin\tEN\tDe \nbible\tThe cat.\tDie Katze.\n")  # a byte-order mark, codes in capitals
     assert read_tsv(tsv, "en", "DE") == [("bible", "The cat.", "Die Katze.")]
+    upper = ["eval", "--model", str(tiny_model_dir), "--tsv", str(tsv), "-s", "EN", "-t", "DE", "--beam-size", "1"]
+    assert main(upper) == 0, capsys.readouterr().err  # (the pair EN->DE was refused once the model had loaded)
 
 
 def test_headerless_dev_sets_take_their_columns_from_the_file_name(tiny_model_dir: Path, tmp_path: Path) -> None:

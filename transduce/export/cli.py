@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     if not Path(args.checkpoint).is_file():
-        print(f"transduce export: checkpoint {args.checkpoint} does not exist", file=sys.stderr)
+        problem = "is a directory: name the checkpoint file (.pt) in it" if Path(args.checkpoint).is_dir() else ""
+        print(f"transduce export: checkpoint {args.checkpoint} {problem or 'does not exist'}", file=sys.stderr)
         return 1
     print(
         f"exporting {args.checkpoint} -> {args.out_dir} (encoder, decoder, gather"
@@ -77,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
             shortlist=shortlist,
         )
         if int8:
+            from transduce.export.quantize import seven_bits
+
+            seven_bits()  # (a bad TRANSDUCE_INT8_WEIGHT_BITS was found after the float32 export and its check)
             manifest = _export_int8(args.checkpoint, Path(args.out_dir), config)
         else:
             manifest = export_model(args.checkpoint, args.out_dir, config)

@@ -34,7 +34,7 @@ def quantize_model_dir(
     dtype = json.loads((src / names.MANIFEST_FILE).read_text()).get("dtype", "float32")
     if dtype != "float32":
         raise ValueError(f"{src} is a {dtype} export; int8 quantisation starts from a float32 export")
-    seven_bits = _seven_bits()
+    seven = seven_bits()
     with replacing_dir(dst, marker=ONNX_EXPORT, inputs=(src, *inputs)) as work:
         shutil.copytree(src, work, dirs_exist_ok=True)
         manifest = json.loads((work / names.MANIFEST_FILE).read_text())
@@ -54,7 +54,7 @@ def quantize_model_dir(
                 source,
                 work / graph,
                 weight_type=QuantType.QInt8,
-                reduce_range=seven_bits,
+                reduce_range=seven,
                 op_types_to_quantize=["MatMul"],  # those with a weight: attention's MatMuls of two activations stay
                 extra_options={"DefaultTensorType": TensorProto.FLOAT},  # for outputs of onnxruntime's own operators
             )
@@ -62,7 +62,7 @@ def quantize_model_dir(
                 int8_projection(work / graph)
             store_weights_apart(work / graph)  # replaces the float32 weights file copied from src
         manifest["dtype"] = "int8-dynamic"
-        manifest["int8_weight_bits"] = 7 if seven_bits else 8
+        manifest["int8_weight_bits"] = 7 if seven else 8
         manifest["model_name"] = manifest["model_name"] + "-int8"
         # the weights files as written now (a graph of an export before revision 6 gets one here)
         listed = [f for f in manifest.get("checksums", {}) if not f.endswith(names.WEIGHTS_SUFFIX)]
@@ -76,7 +76,7 @@ def quantize_model_dir(
 INT8_BITS_ENV = "TRANSDUCE_INT8_WEIGHT_BITS"  # 7 or 8: the int8 weights' bits whatever this CPU (the Docker build)
 
 
-def _seven_bits() -> bool:
+def seven_bits() -> bool:
     """Whether to quantise weights to 7 bits: ``TRANSDUCE_INT8_WEIGHT_BITS`` when set (an image built on one machine
     runs on others), else this CPU's need (``row_peak``)."""
     from transduce.engine.shortlist import row_peak

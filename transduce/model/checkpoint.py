@@ -79,6 +79,8 @@ def save_checkpoint(
 def load_raw(path: str | Path) -> dict[str, Any]:
     """The checkpoint's dictionary, checked for format; raises ValueError with a readable message."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"checkpoint {path} is a directory: name the checkpoint file (.pt) in it")
     if not path.is_file():
         raise ValueError(f"checkpoint {path} does not exist")
     try:
@@ -89,6 +91,8 @@ def load_raw(path: str | Path) -> dict[str, Any]:
         # one line, and never torch's advice to load it with weights_only=False (which would run its code)
         pickled = "weights_only" in str(exc)
         problem = f"{type(exc).__name__}: it holds objects a checkpoint never has" if pickled else first_line(exc)
+        if not str(exc).strip() or isinstance(exc, KeyError):  # ("EOFError: " for an empty file, "KeyError: 101")
+            problem = f"{type(exc).__name__}: it is empty, cut short or not a torch file"
         raise ValueError(f"{path} is not a transduce checkpoint, or is damaged ({problem})") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not a transduce checkpoint")

@@ -66,6 +66,9 @@ def corpus_languages(data: Path) -> tuple[str, ...] | None:
     return tuple(sorted(header[1:3])) if len(header) >= 3 and header[0] == "origin" else None
 
 
+MAX_ORIGIN_WEIGHT = 100.0  # an origin's examples appear about this many times an epoch at most
+
+
 def _origin_weight(item: str) -> tuple[str, float]:
     """One ``ORIGIN=WEIGHT`` of ``--origin-weights`` (``bible=x`` said "could not convert string to float")."""
     origin, equals, weight = item.partition("=")
@@ -73,9 +76,10 @@ def _origin_weight(item: str) -> tuple[str, float]:
         value = float(weight)
     except ValueError:
         value = float("nan")
-    if not equals or not origin.strip() or not 0 <= value < float("inf"):
+    if not equals or not origin.strip() or not 0 <= value <= MAX_ORIGIN_WEIGHT:  # (1e9 built 8 GB lists an example)
         raise ValueError(
-            f"--origin-weights takes ORIGIN=WEIGHT pairs with a weight >= 0, such as bible=0.25; got {item!r}"
+            f"--origin-weights takes ORIGIN=WEIGHT pairs with a weight from 0 to {MAX_ORIGIN_WEIGHT:g}, such as "
+            f"bible=0.25; got {item!r}"
         )
     return origin.strip(), value
 

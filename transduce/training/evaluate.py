@@ -188,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     if (problem := no_repeat_problem(args.no_repeat_ngram_size)) is not None:
         print(f"transduce eval: --no-repeat-ngram-size {problem}", file=sys.stderr)
         return 2
+    args.source, args.target = args.source.lower(), args.target.lower()  # (codes in any case: "-s EN" was refused)
     results: list[EvalResult] = []
     try:
         if args.limit is not None and args.limit < 1:

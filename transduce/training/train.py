@@ -124,7 +124,8 @@ class Trainer:
             # limits refused today, -1 steps say, resumes with sound ones); keep_checkpoints/average_last 0 meant all
             saved = dict(resume["train_config"])
             for name in ("keep_checkpoints", "average_last"):
-                saved[name] = saved.get(name) or _ALL_CHECKPOINTS
+                if saved.get(name) == 0:  # (only a saved 0 meant all: a missing one is the default)
+                    saved[name] = _ALL_CHECKPOINTS
             cfg = TrainConfig.from_dict({**saved, "max_steps": cfg.max_steps, "max_minutes": cfg.max_minutes})
         elif init:
             cfg = warm_start_config(cfg, init, self.out_dir)
@@ -307,6 +308,10 @@ class Trainer:
         )
         while not stop:
             batches = self.epoch_batches(self.epoch)
+            if not batches:  # (every origin weighted 0: epochs of nothing, forever, past every limit)
+                raise ValueError(
+                    "an epoch of the corpus holds no batch: give some origin a weight above 0 (--origin-weights)"
+                )
             while self.batch_pos < len(batches):
                 loss, ntok = self.train_step(
                     collate(
