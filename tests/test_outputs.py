@@ -27,6 +27,20 @@ def test_check_output_refuses_an_input_or_a_directory_holding_one(tmp_path: Path
     check_output(tmp_path / "other", [run / "model.pt", None])  # elsewhere: fine
 
 
+def test_a_symlink_loop_as_an_output_is_one_line(tmp_path: Path) -> None:
+    """Path.resolve raises RuntimeError on a symlink loop (Python 3.11): it escaped the commands' handlers."""
+    from transduce.paths import check_file_target
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for check in (
+        lambda: check_output(tmp_path / "a", [tmp_path]),
+        lambda: check_file_target(tmp_path / "a", what="x"),
+    ):
+        with pytest.raises(ValueError, match="ymlink loop"):
+            check()
+
+
 def test_a_directory_of_other_files_is_never_replaced(tmp_path: Path) -> None:
     mine = tmp_path / "mine"
     mine.mkdir()

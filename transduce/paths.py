@@ -33,9 +33,13 @@ def replacing_file(path: str | Path) -> Iterator[Path]:
 def check_output(out: str | Path, inputs: Iterable[str | Path | None], *, what: str = "the output") -> None:
     """ValueError when writing ``out`` would overwrite or delete one of ``inputs`` (None: not given): ``out`` is
     that input, or a directory holding it (a directory output replaces the whole directory)."""
-    target = Path(out).resolve()
-    for given in inputs:
-        if given is not None and Path(given).resolve().is_relative_to(target):
+    try:
+        target = Path(out).resolve()
+        resolved = [(given, Path(given).resolve()) for given in inputs if given is not None]
+    except RuntimeError as exc:  # (Python 3.11: a symlink loop, which was a traceback)
+        raise ValueError(f"{what} {out}: {exc}") from None
+    for given, path in resolved:
+        if path.is_relative_to(target):
             raise ValueError(f"{what} {out} would overwrite the input {given}: write it somewhere else")
 
 
@@ -43,7 +47,11 @@ def check_file_target(out: str | Path, *, what: str) -> None:
     """ValueError unless ``out`` can be a file's name: not a directory, in a directory that exists (checked before
     the work, not found after it: a table computed for minutes was lost to "[Errno 21] Is a directory")."""
     path = Path(out)
-    if path.is_dir() or not path.resolve().parent.is_dir():
+    try:
+        parent = path.resolve().parent
+    except RuntimeError as exc:  # (a symlink loop)
+        raise ValueError(f"{what} {out}: {exc}") from None
+    if path.is_dir() or not parent.is_dir():
         raise ValueError(f"{what} {out}: name a file in an existing directory")
 
 

@@ -332,6 +332,8 @@ def test_onnx_engine_matches_transformers(
 
 
 def test_export_marian_runs_our_weights_in_transformers(exported: Path, native: Path) -> None:
+    modes = {f.name: f.stat().st_mode & 0o777 for f in exported.iterdir() if f.is_file()}
+    assert len(set(modes.values())) == 1, modes  # (safetensors wrote its file 0600, the others as the umask says)
     ckpt = load_checkpoint(native)
     V = ckpt.config.tgt_vocab_size
     hf = MarianMTModel.from_pretrained(exported).eval()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -106,3 +107,6 @@ def write_safetensors(path: Path, state: dict[str, Tensor]) -> None:
     save_file(
         {k: v.detach().float().contiguous().clone() for k, v in state.items()}, str(path), metadata={"format": "pt"}
     )
+    umask = os.umask(0)  # (safetensors writes 0600: the other files of the directory follow the umask)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
