@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
 # TRANSDUCE_* variables read elsewhere than Settings (the shipped model's export, the training data)
 # (and TRANSDUCE_MODEL_DTYPE, docker compose's build argument)
+ENVIRONMENT_ONLY = {"TRANSDUCE_SHARED_DATA", "TRANSDUCE_DEFAULT_CHECKPOINT", "TRANSDUCE_DEFAULT_EXPORT_DIR"}  # not .env
 OTHER_VARIABLES = {
     "TRANSDUCE_SHARED_DATA",
     "TRANSDUCE_DEFAULT_CHECKPOINT",
@@ -238,6 +239,8 @@ def _log_environment(settings: Settings) -> None:
         near = difflib.get_close_matches(name.upper(), sorted(known), n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
         log.warning("%s%s is not a setting, ignored%s", name, given[name], hint)
+    for name in sorted(n for n in given if n.upper() in ENVIRONMENT_ONLY and n not in os.environ):
+        log.warning("%s%s is read from the environment only, ignored (export it)", name, given[name])
 
 
 @contextlib.contextmanager

@@ -331,6 +331,20 @@ def test_onnx_engine_matches_transformers(
     assert worst <= TOL
 
 
+def test_a_language_pair_is_read_from_the_name_or_given_as_codes(tmp_path: Path) -> None:
+    """``--source-lang 'not a lang'`` was imported and served as the pair "not a lang->en"."""
+    from transduce.interop.marian import _languages
+
+    named = tmp_path / "opus-mt-en-zh_cn"
+    named.mkdir()
+    assert _languages(named, {}, None, None) == ("en", "zh_cn")
+    assert _languages(named, {}, "pt-BR", "de") == ("pt-BR", "de")
+    with pytest.raises(ValueError, match="'not a lang' is not a language code such as en, de or pt-BR"):
+        _languages(named, {}, "not a lang", None)
+    with pytest.raises(ValueError, match="cannot tell the language pair"):
+        _languages(tmp_path, {}, None, None)
+
+
 def test_export_marian_runs_our_weights_in_transformers(exported: Path, native: Path) -> None:
     modes = {f.name: f.stat().st_mode & 0o777 for f in exported.iterdir() if f.is_file()}
     assert len(set(modes.values())) == 1, modes  # (safetensors wrote its file 0600, the others as the umask says)

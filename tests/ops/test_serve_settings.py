@@ -117,7 +117,7 @@ def test_sighup_leaves_a_server_of_one_model_serving(tiny_model_dir: Path, tmp_p
     shutil.copytree(tiny_model_dir, model)
     env = serve_env(TRANSDUCE_MODEL_DIR=str(model), TRANSDUCE_API_KEY="secret")
     log = tmp_path / "serve.log"
-    (tmp_path / ".env").write_text("TRANSDUCE_REQ_LIMT=10\n")  # a typo in the .env file: warned of too
+    (tmp_path / ".env").write_text("TRANSDUCE_REQ_LIMT=10\nTRANSDUCE_DEFAULT_EXPORT_DIR=/x\n")  # warned of too
     with log.open("w") as out:
         proc = subprocess.Popen(
             [*TRANSDUCE, "serve", "--port", "0"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
@@ -143,4 +143,5 @@ def test_sighup_leaves_a_server_of_one_model_serving(tiny_model_dir: Path, tmp_p
     assert "TRANSDUCE_API_KEY is not a setting, ignored (did you mean TRANSDUCE_API_KEYS?)" in text
     env_file = tmp_path.resolve() / ".env"
     assert f"TRANSDUCE_REQ_LIMT in {env_file} is not a setting, ignored (did you mean TRANSDUCE_REQ_LIMIT?)" in text
+    assert f"TRANSDUCE_DEFAULT_EXPORT_DIR in {env_file} is read from the environment only, ignored" in text
     assert re.search(r"listening on http://127\.0\.0\.1:\d+; API keys: none, every client is served", text)
