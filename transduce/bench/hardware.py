@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from transduce.engine.cpu import parse_cpuinfo as engine_cpuinfo
+
 # the ISA extensions that decide which GEMM kernels run (x86 /proc/cpuinfo "flags", aarch64 "Features")
 ISA_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
@@ -50,14 +52,7 @@ class CpuInfo:
 
 def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
     """(model name, the ISA_FLAGS present, in ISA_FLAGS order) from the text of /proc/cpuinfo (first CPU)."""
-    model, flags = "", set[str]()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip().lower()
-        if key in ("model name", "hardware") and not model:
-            model = value.strip()
-        elif key in ("flags", "features") and not flags:
-            flags = set(value.split())
+    model, flags = engine_cpuinfo(text)
     return model, tuple(f for f in ISA_FLAGS if f in flags)
 
 

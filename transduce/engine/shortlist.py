@@ -20,13 +20,14 @@ from __future__ import annotations
 import functools
 import platform
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from transduce.engine import io_names as names
+from transduce.engine.cpu import cpu_flags
 from transduce.engine.io_names import SHORTLIST_FILE
 from transduce.paths import replacing_file
 
@@ -120,16 +121,10 @@ def row_peak() -> int:
     u8 x s8 kernels (VPMADDUBSW) add pairs of products into 16 bits and saturate on full-range weights (measured on
     an AMD EPYC VM without them: a projection off by 7 % of its range, 0.9 % with 7 bits; onnxruntime's
     ``reduce_range``). Read from /proc/cpuinfo; elsewhere x86 is taken to lack VNNI."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            fields = (line.partition(":") for line in cpuinfo)
-            flags = next((value.split() for key, _, value in fields if key.strip() == "flags"), [])
-    except OSError:
-        flags = []
-    return peak_for(platform.machine(), flags)
+    return peak_for(platform.machine(), cpu_flags())
 
 
-def peak_for(machine: str, flags: Sequence[str]) -> int:
+def peak_for(machine: str, flags: Iterable[str]) -> int:
     """``row_peak`` for a CPU of architecture ``machine`` (``platform.machine()``) with these /proc/cpuinfo flags."""
     if machine.lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
         return 127  # (ARM's int8 dot products do not saturate)

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -27,6 +27,14 @@ OVERSUBSCRIBED = 4  # intra_threads or engine_replicas above this many times the
 MAX_FILE_TTL_S = 365 * 24 * 3600.0  # file_ttl_s: a year
 MAX_BACKLOG = 65_535  # backlog: the kernel's somaxconn caps what it keeps anyway
 MAX_REQ_LIMIT = 1_000_000_000  # req_limit (requests a minute): more is no limit, and a float overflows beyond 1e308
+# settings with a ceiling, and what the value counts: file_ttl_s inf made a full store's Retry-After a 500, backlog
+# 2**31 failed after the model loaded, a beam of 100,000 grew to gigabytes
+_CEILINGS: dict[str, tuple[float, str]] = {
+    "req_limit": (MAX_REQ_LIMIT, "requests a minute (0 = no limit)"),
+    "file_ttl_s": (MAX_FILE_TTL_S, "seconds (a year)"),
+    "max_beam_size": (MAX_BEAM_SIZE, "(a search keeps beam x vocabulary scores)"),
+    "backlog": (MAX_BACKLOG, "(the kernel caps it at net.core.somaxconn)"),
+}
 # the engine's defaults, which the service's defaults are
 BATCHER, DECODE, SCHEDULER = BatcherConfig(), DecodeOptions(), SchedulerConfig()
 
@@ -179,11 +187,12 @@ class Settings(BaseSettings):
             raise ValueError("public_url must be an http:// or https:// address with no query, e.g. https://mt.example")
         return url
 
-    @field_validator("req_limit")
+    @field_validator(*_CEILINGS)
     @classmethod
-    def _req_limit(cls, value: int) -> int:
-        if value > MAX_REQ_LIMIT:
-            raise ValueError(f"must be at most {MAX_REQ_LIMIT} requests a minute (0 = no limit), got {value}")
+    def _at_most(cls, value: float, info: ValidationInfo) -> float:
+        ceiling, unit = _CEILINGS[str(info.field_name)]
+        if value > ceiling:
+            raise ValueError(f"must be at most {ceiling:.0f} {unit}, got {value}")
         return value
 
     @field_validator("device")
@@ -206,6 +215,9 @@ class Settings(BaseSettings):
         "max_body_bytes",
         "max_beam_size",
         "default_beam_size",
+        "keep_alive_timeout_s",
+        "max_connections",
+        "backlog",
     )
     @classmethod
     def _positive(cls, value: int) -> int:
@@ -264,25 +276,11 @@ class Settings(BaseSettings):
             raise ValueError(f"must be > 0 and at most 100, got {value}")
         return value
 
-    @field_validator("request_timeout_s", "file_ttl_s")
+    @field_validator("request_timeout_s", "file_ttl_s", "request_read_timeout_s")
     @classmethod
     def _timeout(cls, value: float) -> float:
         if not value > 0:
             raise ValueError(f"must be > 0 seconds, got {value}")
-        return value
-
-    @field_validator("file_ttl_s")
-    @classmethod
-    def _ttl(cls, value: float) -> float:
-        if value > MAX_FILE_TTL_S:  # (inf made a full store's Retry-After a 500; 1e300 a 300-digit header)
-            raise ValueError(f"must be at most {MAX_FILE_TTL_S:.0f} seconds (a year), got {value}")
-        return value
-
-    @field_validator("max_beam_size")
-    @classmethod
-    def _beam_cap(cls, value: int) -> int:
-        if value > MAX_BEAM_SIZE:
-            raise ValueError(f"must be at most {MAX_BEAM_SIZE} (a search keeps beam x vocabulary scores), got {value}")
         return value
 
     @field_validator("host")
@@ -364,27 +362,6 @@ class Settings(BaseSettings):
     def keys(self) -> frozenset[str]:
         """The configured API keys."""
         return frozenset(k.strip() for k in self.api_keys.split(",") if k.strip())
-
-    @field_validator("keep_alive_timeout_s", "max_connections", "backlog")
-    @classmethod
-    def _positive_count(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
-        return value
-
-    @field_validator("backlog")
-    @classmethod
-    def _backlog(cls, value: int) -> int:
-        if value > MAX_BACKLOG:  # (2**31 failed after the model loaded, with a traceback)
-            raise ValueError(f"must be at most {MAX_BACKLOG} (the kernel caps it at net.core.somaxconn), got {value}")
-        return value
-
-    @field_validator("request_read_timeout_s")
-    @classmethod
-    def _positive_seconds(cls, value: float) -> float:
-        if not value > 0:  # also refuses NaN
-            raise ValueError(f"must be > 0 seconds, got {value}")
-        return value
 
     @field_validator("log_throttle_s")
     @classmethod
