@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option("--max-batch-size", "max_batch_size", type=int)
     option("--max-wait-ms", "max_wait_ms", type=float)
     option("--api-keys", "api_keys", "default: none required")
+    option("--root-path", "root_path", "default: none, served from /")
     option("--log-json", "log_json", "default on", action=argparse.BooleanOptionalAction)
 
 
@@ -137,6 +138,7 @@ def server_config(app: ASGIApp, settings: Settings, max_connections: int | None 
         http=guarded_protocol(limits),
         timeout_keep_alive=settings.keep_alive_timeout_s,
         backlog=settings.backlog,
+        root_path=settings.root_path,  # behind a proxy that strips it: in the page's, /docs' and files' URLs
     )
 
 

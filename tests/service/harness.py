@@ -30,7 +30,8 @@ import uvicorn
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
-from starlette.types import Message, Scope
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from transduce.engine.errors import UnsupportedLanguageError
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
@@ -301,14 +302,21 @@ def wait_ready(url: str, timeout_s: float = 30.0) -> None:
 
 
 @contextmanager
-def live_server(translator: TranslatorLike, *, gate: Gate | None = None, **settings: Any) -> Iterator[str]:
-    """``build_app(...)`` under uvicorn on a free loopback port, in a thread, until the block ends; yields the URL."""
-    app = build_app(translator, gate=gate, **settings)
+def live_server(
+    translator: TranslatorLike, *, gate: Gate | None = None, sub_path: str = "", **settings: Any
+) -> Iterator[str]:
+    """``build_app(...)`` under uvicorn on a free loopback port, in a thread, until the block ends; yields the URL.
+
+    ``sub_path`` ("/mt"): served only under it, as behind a proxy that strips it from the requests it passes on to
+    `transduce serve --root-path /mt` (uvicorn then routes ``/mt/x`` with root_path ``/mt``); the URL ends in it."""
+    app: Any = build_app(translator, gate=gate, **settings)
+    if sub_path:
+        app = _under(sub_path, app)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{port}{sub_path}"
     try:
         wait_ready(url)
         yield url
@@ -317,6 +325,19 @@ def live_server(translator: TranslatorLike, *, gate: Gate | None = None, **setti
             gate.release()
         server.should_exit = True
         thread.join(15)
+
+
+def _under(prefix: str, app: ASGIApp) -> ASGIApp:
+    """``app`` reached only under ``prefix``, with the scope uvicorn makes behind a proxy that strips it."""
+
+    async def under(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and not (path == prefix or path.startswith(prefix + "/")):
+            await PlainTextResponse("the proxy serves nothing here", status_code=404)(scope, receive, send)
+            return
+        await app({**scope, "root_path": prefix} if scope["type"] == "http" else scope, receive, send)
+
+    return under
 
 
 def metric(text: str, name: str, **labels: str) -> float:

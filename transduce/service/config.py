@@ -23,6 +23,8 @@ from transduce.engine.text import has_letters
 from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#*]+", re.IGNORECASE)  # what a browser's Origin header holds
+# root_path: segments of URL path characters (uvicorn encodes it as ASCII into every request's path)
+_ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)+")
 OVERSUBSCRIBED = 4  # intra_threads or engine_replicas above this many times the usable cores: refused
 MAX_FILE_TTL_S = 365 * 24 * 3600.0  # file_ttl_s: a year
 MAX_BACKLOG = 65_535  # backlog: the kernel's somaxconn caps what it keeps anyway
@@ -163,6 +165,11 @@ class Settings(BaseSettings):
         description="the server's address as clients reach it (behind a proxy: https://translate.example.com/mt), "
         "used in translatedFileUrl; empty = the address the request came to",
     )
+    root_path: str = Field(
+        "",
+        description="the path prefix a reverse proxy serves this server under and strips from what it passes on, e.g. "
+        "/mt: the web page, /docs and translatedFileUrl then carry it; empty = served from /",
+    )
     cors_origins: str = Field(
         "", description="comma-separated origins allowed to call the API from a browser (* = any); empty = CORS off"
     )
@@ -186,6 +193,14 @@ class Settings(BaseSettings):
         if url and (not url.startswith(("http://", "https://")) or "?" in url or "#" in url or " " in url):
             raise ValueError("public_url must be an http:// or https:// address with no query, e.g. https://mt.example")
         return url
+
+    @field_validator("root_path")
+    @classmethod
+    def _root_path(cls, value: str) -> str:
+        path = value.strip().rstrip("/")
+        if path and not _ROOT_PATH.fullmatch(path):
+            raise ValueError(f"root_path must be a path such as /mt (ASCII, no spaces, query or '//'), got {value!r}")
+        return path
 
     @field_validator(*_CEILINGS)
     @classmethod

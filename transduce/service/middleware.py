@@ -26,6 +26,12 @@ DETECT_PATH = "/detect"  # logged too, and counted apart (transduce_detect_reque
 _LOGGED_PATHS = (*RECORDED_PATHS, DETECT_PATH)
 
 
+def route_path(scope: Scope) -> str:
+    """The path the app routes on: behind a proxy that strips ``root_path``, uvicorn puts it back in front."""
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
+
+
 class HeadAsGetMiddleware:
     """Answer HEAD as GET without the body (RFC 9110), as LibreTranslate (Flask) does: uptime monitors and
     ``curl -I`` probe with it, and FastAPI's GET routes alone would answer 405."""
@@ -87,12 +93,12 @@ class RequestContextMiddleware:
             await send_with_id({"type": "http.response.start", "status": 500, "headers": error_headers})
             await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
-            if scope.get("path") in _LOGGED_PATHS:
+            if route_path(scope) in _LOGGED_PATHS:
                 self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
 
     def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:
         metrics = self.state.metrics
-        if scope.get("path") == DETECT_PATH:
+        if route_path(scope) == DETECT_PATH:
             metrics.detect_requests.labels(status=str(status)).inc()
         else:
             metrics.requests.labels(status=str(status)).inc()
@@ -102,7 +108,7 @@ class RequestContextMiddleware:
         fields = {
             "request_id": request_id,
             "method": "HEAD" if scope.get("transduce.head") else scope.get("method"),
-            "path": scope.get("path"),
+            "path": route_path(scope),
             "status": status,
             "n_items": None,
             "n_chars": None,
@@ -111,7 +117,7 @@ class RequestContextMiddleware:
             "queue_ms": round(timing.queue_ms, 2) if timing else None,
             "inference_ms": round(timing.inference_ms, 2) if timing else None,
         }
-        access_log.info("%s %s", str(scope.get("path"))[1:], status, extra={"fields": fields})
+        access_log.info("%s %s", str(fields["path"])[1:], status, extra={"fields": fields})
 
 
 class JsonCORSMiddleware(CORSMiddleware):

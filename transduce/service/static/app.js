@@ -1,5 +1,6 @@
 "use strict";
-// The page talks only to this server: /languages, /frontend/settings, POST /translate and POST /translate_file.
+// The page talks only to this server: /languages, /frontend/settings, POST /translate and POST /translate_file,
+// by relative URLs, so it works where a proxy serves the server under a sub-path (TRANSDUCE_ROOT_PATH).
 // Errors are shown in plain words; the API's own precise message follows in small print.
 const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "transduce.api_key";
@@ -157,7 +158,7 @@ async function translate() {
   setStatus("Translating…");
   const started = performance.now();
   try {
-    const { response, answer } = await postWithin("text", "/translate", {
+    const { response, answer } = await postWithin("text", "translate", {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
@@ -225,7 +226,7 @@ async function translateFile() {
   showError("");
   setStatus(`Translating ${file.name}…`);
   try {
-    const { response, answer } = await postWithin("file", "/translate_file", { body: form });
+    const { response, answer } = await postWithin("file", "translate_file", { body: form });
     if (!response.ok) {
       showError(humanFileError(response.status, file.name), answer.error || "");
       setStatus(`Model ${settings.model}`);
@@ -289,7 +290,7 @@ async function copyOutput() {
 // /languages answers 503 while the model is still loading: wait (Retry-After) and ask again.
 async function loadLanguages() {
   for (let attempt = 0; attempt < 120; attempt++) {
-    const response = await fetch("/languages");
+    const response = await fetch("languages");
     if (response.ok) return response.json();
     if (response.status !== 503) {
       const answer = await response.json().catch(() => ({}));
@@ -306,7 +307,7 @@ async function init() {
   $("shortcut").textContent = isMac ? "⌘+Enter" : "Ctrl+Enter";
   try {
     languages = await loadLanguages();  // first: the model name is known once the model has loaded
-    const conf = await fetch("/frontend/settings");
+    const conf = await fetch("frontend/settings");
     if (conf.ok) settings = { ...settings, ...(await conf.json()) };
   } catch (err) {
     showError("Could not load the languages from the server.", err.message);
