@@ -27,18 +27,29 @@ def test_check_output_refuses_an_input_or_a_directory_holding_one(tmp_path: Path
     check_output(tmp_path / "other", [run / "model.pt", None])  # elsewhere: fine
 
 
-def test_a_symlink_loop_as_an_output_is_one_line(tmp_path: Path) -> None:
-    """Path.resolve raises RuntimeError on a symlink loop (Python 3.11): it escaped the commands' handlers."""
+def test_a_symlink_loop_as_an_output_is_one_line(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Path.resolve raises RuntimeError on a symlink loop (Python 3.11): it escaped the commands' handlers
+    (export-marian, data build and train --export-fp16 still gave tracebacks after the first fix)."""
     from transduce.paths import check_file_target
+    from transduce.training.cli import check_fp16_output
 
-    (tmp_path / "a").symlink_to(tmp_path / "b")
-    (tmp_path / "b").symlink_to(tmp_path / "a")
-    for check in (
-        lambda: check_output(tmp_path / "a", [tmp_path]),
-        lambda: check_file_target(tmp_path / "a", what="x"),
+    loop = tmp_path / "a"
+    loop.symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(loop)
+    for check, named in (
+        (lambda: check_output(loop, [tmp_path]), f"the output {loop}: "),
+        (lambda: check_output(tmp_path / "out", [loop]), f"the input {loop}: "),  # the input that loops is named
+        (lambda: check_file_target(loop, what="x"), f"x {loop}: "),
+        (lambda: check_fp16_output(loop, tmp_path / "run"), f"--export-fp16 {loop}: "),
     ):
-        with pytest.raises(ValueError, match="ymlink loop"):
+        with pytest.raises(ValueError, match="ymlink loop") as caught:
             check()
+        assert str(caught.value).startswith(named), caught.value
+    assert main(["export-marian", str(tiny_checkpoint), str(loop)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"transduce export-marian: the Marian export {loop}: ") and err.count("\n") == 1
 
 
 def test_a_directory_of_other_files_is_never_replaced(tmp_path: Path) -> None:
@@ -94,6 +105,8 @@ def test_export_and_export_marian_never_delete_their_checkpoint_or_other_files(
 def test_shortlist_output_on_its_checkpoint_is_refused_and_a_failed_write_keeps_the_old_table(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert main(["shortlist", "--checkpoint", str(tmp_path), "--data", str(tmp_path)]) == 1
+    assert "is a directory: name the checkpoint file (.pt) in it" in capsys.readouterr().err  # not "does not exist"
     copy = tmp_path / "model.pt"
     copy.write_bytes(tiny_checkpoint.read_bytes())
     assert main(["shortlist", "--checkpoint", str(copy), "--data", str(tmp_path), "--out", str(copy)]) == 1

@@ -30,15 +30,20 @@ def replacing_file(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def resolved(path: str | Path, *, what: str) -> Path:
+    """``path`` made absolute with its links followed; a symlink loop is a ValueError naming ``what`` and the path
+    (Python 3.11 and 3.12 raise RuntimeError, which was a traceback)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:
+        raise ValueError(f"{what} {path}: {exc}") from None
+
+
 def check_output(out: str | Path, inputs: Iterable[str | Path | None], *, what: str = "the output") -> None:
     """ValueError when writing ``out`` would overwrite or delete one of ``inputs`` (None: not given): ``out`` is
     that input, or a directory holding it (a directory output replaces the whole directory)."""
-    try:
-        target = Path(out).resolve()
-        resolved = [(given, Path(given).resolve()) for given in inputs if given is not None]
-    except RuntimeError as exc:  # (Python 3.11: a symlink loop, which was a traceback)
-        raise ValueError(f"{what} {out}: {exc}") from None
-    for given, path in resolved:
+    target = resolved(out, what=what)
+    for given, path in [(given, resolved(given, what="the input")) for given in inputs if given is not None]:
         if path.is_relative_to(target):
             raise ValueError(f"{what} {out} would overwrite the input {given}: write it somewhere else")
 
@@ -47,10 +52,7 @@ def check_file_target(out: str | Path, *, what: str) -> None:
     """ValueError unless ``out`` can be a file's name: not a directory, in a directory that exists (checked before
     the work, not found after it: a table computed for minutes was lost to "[Errno 21] Is a directory")."""
     path = Path(out)
-    try:
-        parent = path.resolve().parent
-    except RuntimeError as exc:  # (a symlink loop)
-        raise ValueError(f"{what} {out}: {exc}") from None
+    parent = resolved(path, what=what).parent
     if path.is_dir() or not parent.is_dir():
         raise ValueError(f"{what} {out}: name a file in an existing directory")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,26 @@ def test_a_ragged_row_a_bad_limit_and_json_over_the_test_set_are_refused_before_
     assert read_tsv(tsv, "en", "DE") == [("bible", "The cat.", "Die Katze.")]
     upper = ["eval", "--model", str(tiny_model_dir), "--tsv", str(tsv), "-s", "EN", "-t", "DE", "--beam-size", "1"]
     assert main(upper) == 0, capsys.readouterr().err  # (the pair EN->DE was refused once the model had loaded)
+
+
+def test_a_model_spelling_a_code_in_capitals_is_evaluated_in_any_case(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model whose language is de-AT (import-marian keeps pt-BR): "-t de-at" and "-t DE-AT" are its de-AT (the codes
+    were lowercased and then refused: "en->de-at is not supported (supported: en->de-AT)")."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    manifest = json.loads((model / "manifest.json").read_text())
+    manifest["languages"] = manifest["model_config"]["languages"] = ["de-AT", "en"]
+    manifest["pairs"], manifest["target_tag"], manifest["model_config"]["target_tag"] = [["en", "de-AT"]], "", ""
+    (model / "manifest.json").write_text(json.dumps(manifest))
+    tsv = tmp_path / "test.tsv"
+    tsv.write_text("origin\ten\tde-at\nbible\tThe cat.\tDie Katze.\n")
+    for target in ("de-at", "DE-AT", "de-AT"):
+        assert main(["eval", "--model", str(model), "--tsv", str(tsv), "-s", "EN", "-t", target]) == 0
+        assert "| all | en->de-AT | 1 |" in capsys.readouterr().out
+    assert main(["eval", "--model", str(model), "--tsv", str(tsv), "-s", "de-AT", "-t", "en"]) == 1
+    assert "de-AT->en is not supported (supported: en->de-AT)" in capsys.readouterr().err
 
 
 def test_headerless_dev_sets_take_their_columns_from_the_file_name(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -109,8 +109,27 @@ def test_a_corpus_weighted_to_nothing_is_refused_not_looped_over(tmp_path: Path)
     step and time limits (they are checked between batches)."""
     data = write_corpus(tmp_path / "data", n=30)
     cfg = dataclasses.replace(TINY, max_steps=5, max_minutes=1.0, origin_weights=(("bible", 0.0), ("ding", 0.0)))
-    with pytest.raises(ValueError, match="an epoch of the corpus holds no batch"):
-        Trainer(data, tmp_path / "run", cfg, progress=False).run()
+    with pytest.raises(ValueError, match=r"every origin of .*train.tsv is weighted 0 \(bible, ding\)"):
+        Trainer(data, tmp_path / "run", cfg, progress=False)
+    assert not (tmp_path / "run" / "tokenizer.model").exists()  # refused before the tokenizer is trained
+    (data / "train.tsv").write_text("origin\ten\tde\n")
+    with pytest.raises(ValueError, match="train.tsv has no pairs"):
+        Trainer(data, tmp_path / "run", TINY, progress=False)
+
+
+def test_epochs_that_sample_nothing_are_skipped_but_not_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small weights: some epochs sample no pair. They are skipped (the run stopped there, saying the weights were
+    0, and lost its steps); epochs that never hold a batch (more ranks than batches) end the run with a message."""
+    data = write_corpus(tmp_path / "data", n=30)  # 60 examples at 0.02: about 30 % of epochs are empty
+    cfg = dataclasses.replace(TINY, max_steps=20, origin_weights=(("bible", 0.02), ("ding", 0.02)), bleu_sentences=0)
+    trainer = Trainer(data, tmp_path / "run", cfg, progress=False)
+    assert any(not trainer.epoch_batches(e) for e in range(20))
+    assert trainer.run()["steps"] == 20
+    monkeypatch.setattr(Trainer, "epoch_batches", lambda self, epoch: [])
+    with pytest.raises(ValueError, match="1000 epochs in a row held no batch of this rank"):
+        Trainer(data, tmp_path / "run2", cfg, progress=False).run()
 
 
 def test_token_batches_respect_the_budget_and_cover_the_data(tmp_path: Path) -> None:
@@ -267,6 +286,10 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     no_dev = ["train", "--data", str(tmp_path / "no-dev"), "--out", str(tmp_path / "r4"), "--vocab-size", "60"]
     assert main([*no_dev, "--max-steps", "1", "--bleu-sentences", "0"]) == 1
     assert "dev.tsv has no pairs" in capsys.readouterr().err
+    zero = ["--origin-weights", "bible=0,ding=0", "--max-steps", "1"]
+    assert main(["train", "--data", str(data), "--out", str(tmp_path / "r5"), *zero]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("transduce train: every origin of") and err.count("\n") == 1
     # refused before a step: an --export-fp16 on the run's own checkpoint or on a directory, an --out under a file
     run = ["train", "--data", str(data), "--max-steps", "9"]
     before = (tmp_path / "run" / "last.pt").read_bytes()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,15 @@ def is_stale(checkpoint: str | Path, model_dir: str | Path, shortlist: str | Pat
     if manifest.get("export_revision") != EXPORT_REVISION:
         return True
     return bool(manifest.get("format_version") != FORMAT_VERSION or source.get("sha256") != sha256_file(checkpoint))
+
+
+def spelt_as_known(known: Iterable[str], codes: Iterable[str]) -> list[str]:
+    """``codes`` spelt as a model spells its languages where they differ from one by case alone (``EN`` -> ``en``,
+    ``de-at`` -> ``de-AT``): a language code's case means nothing (ISO 639, BCP 47), and people type either. A code
+    that matches none, or more than one by case alone, is left as given, for the pair check to name."""
+    known = set(known)
+    out = []
+    for code in codes:
+        matches = [lang for lang in known if lang.lower() == code.lower()]
+        out.append(matches[0] if code not in known and len(matches) == 1 else code)
+    return out

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from transduce.engine.io_names import weights_file
-from transduce.paths import check_output, check_replaceable_dir
+from transduce.paths import check_output, check_replaceable_dir, resolved
 
 ONNX_EXPORT = ("manifest.json", "format", "transduce-onnx")  # (file, key, value) that marks an earlier export
 
@@ -26,7 +26,7 @@ def check_target(
     """``target`` resolved, after refusing (ValueError) one that holds an input or is a file or a directory of other
     files: it must be absent, empty, or an earlier ``what``, whose ``marker`` file is JSON with that key and value
     (None: a directory of the project's own, replaced whatever it holds); ``hint`` follows the refusal's reason."""
-    target = target.resolve()  # "." has a name once resolved
+    target = resolved(target, what=f"the {what}")  # "." has a name once resolved
     check_output(target, inputs, what=f"the {what}")
     if marker is not None:
         check_replaceable_dir(target, marker[0], what=what, stamp=marker[1:], hint=hint)

@@ -76,13 +76,19 @@ def save_checkpoint(
         raise OSError(f"cannot write {path}: {first_line(exc)}") from exc
 
 
-def load_raw(path: str | Path) -> dict[str, Any]:
-    """The checkpoint's dictionary, checked for format; raises ValueError with a readable message."""
+def check_checkpoint_path(path: str | Path) -> None:
+    """ValueError unless ``path`` is a file: a directory, or nothing, is named as such."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"checkpoint {path} is a directory: name the checkpoint file (.pt) in it")
     if not path.is_file():
         raise ValueError(f"checkpoint {path} does not exist")
+
+
+def load_raw(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's dictionary, checked for format; raises ValueError with a readable message."""
+    path = Path(path)
+    check_checkpoint_path(path)
     try:
         with warnings.catch_warnings():  # (torch warns of a pickle protocol before it refuses a foreign file)
             warnings.simplefilter("ignore")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from transduce.engine.errors import InputTooLongError
+from transduce.engine.manifest import spelt_as_known
 from transduce.service.config import Settings
 from transduce.service.detect import Detection, LanguageDetector
 from transduce.service.engine_api import TranslatorLike
@@ -167,12 +168,7 @@ def known_case(translator: TranslatorLike, *codes: str) -> list[str]:
     """``codes`` with ``EN``, ``De`` or ``AUTO`` read as the ``en``, ``de`` and ``auto`` the server knows: a language
     code's case means nothing (ISO 639, BCP 47), and people type either. A code that matches no language, or more
     than one by case alone, is left as sent for the pair check to answer."""
-    known = [*model_languages(translator), AUTO]
-    out = []
-    for code in codes:
-        matches = [lang for lang in known if lang.lower() == code.lower()]
-        out.append(matches[0] if code not in known and len(matches) == 1 else code)
-    return out
+    return spelt_as_known([*model_languages(translator), AUTO], codes)
 
 
 def check_route(translator: TranslatorLike, source: str, target: str) -> None:

@@ -42,6 +42,26 @@ def read_pairs(path: str | Path) -> list[tuple[str, str, str]]:
         return [(r[0], r[1], r[2]) for r in reader if len(r) >= 3]
 
 
+def check_sampled(path: str | Path, weights: dict[str, float]) -> None:
+    """ValueError unless the corpus TSV at ``path`` has a pair whose origin ``weights`` (default 1) keeps: a run
+    whose every epoch is empty would train nothing."""
+    corpus_language(path)  # checks the header
+    origins: set[str] = set()
+    with open(path, encoding="utf-8", newline="") as f:
+        next(f)
+        for line in f:
+            parts = line.split("\t", 2)
+            if len(parts) == 3:
+                origins.add(parts[0])
+    if not origins:
+        raise ValueError(f"{path} has no pairs (build the corpus with `transduce data build`)")
+    if not any(weights.get(origin, 1.0) > 0 for origin in origins):
+        raise ValueError(
+            f"every origin of {path} is weighted 0 ({', '.join(sorted(origins))}): give one a weight above 0 "
+            "(--origin-weights)"
+        )
+
+
 def make_examples(
     rows: list[tuple[str, str, str]], tokenizer: Tokenizer, max_len: int, lang: str = "de"
 ) -> list[Example]:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from transduce.paths import check_output
+from transduce.paths import check_output, resolved
 from transduce.training.config import TrainConfig
 
 _HELP = {
@@ -129,7 +129,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as exc:  # a corpus, checkpoint or tokenizer size that does not fit
         print(f"transduce train: {exc}", file=sys.stderr)
         return 1
-    summary = trainer.run()
+    try:
+        summary = trainer.run()
+    except ValueError as exc:  # epochs that sample nothing (the checkpoints saved so far stay)
+        print(f"transduce train: {exc}", file=sys.stderr)
+        return 1
     if args.export_fp16:
         from transduce.training.ship import ship_fp16
 
@@ -150,13 +154,14 @@ def check_fp16_output(out: Path, run_dir: Path, init_from: Path | None = None) -
     """ValueError when ``--export-fp16`` would land on the run's directory or a file the run reads or writes
     (``RUN_FILES``, a step checkpoint, the checkpoint it starts from) or cannot be a file in an existing or creatable
     directory."""
-    if out.is_dir() or out.resolve() == run_dir.resolve():
+    target, run = resolved(out, what="--export-fp16"), resolved(run_dir, what="--out")
+    if out.is_dir() or target == run:
         raise ValueError(f"--export-fp16 {out} is a directory: name the checkpoint file to write")
-    if out.resolve().parent == run_dir.resolve() and (out.name in RUN_FILES or out.name.startswith("ckpt_step")):
+    if target.parent == run and (out.name in RUN_FILES or out.name.startswith("ckpt_step")):
         raise ValueError(f"--export-fp16 {out} is a file of the run itself: name another file")
     if init_from is not None:
         check_output(out, [init_from], what="--export-fp16")
-    parent = out.resolve().parent
+    parent = target.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from transduce.engine.manifest import spelt_as_known
 from transduce.engine.options import MAX_BEAM_SIZE, SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
 
 
@@ -105,6 +106,8 @@ def evaluate(
         refs.setdefault((origin, src), []).append(tgt)
     items = list(refs)
     translator = Translator(model_dir, device=device, shared_pool=True)
+    languages = {code for pair in translator.pairs for code in pair}
+    source, target = spelt_as_known(languages, (source, target))  # codes in any case: "-s EN" was refused
     translator.check_pair(source, target)
     options = DecodeOptions(beam_size=beam_size, chunk_size=batch_size, no_repeat_ngram_size=no_repeat_ngram_size)
     hyps: list[str] = []
@@ -188,7 +191,6 @@ def run(args: argparse.Namespace) -> int:
     if (problem := no_repeat_problem(args.no_repeat_ngram_size)) is not None:
         print(f"transduce eval: --no-repeat-ngram-size {problem}", file=sys.stderr)
         return 2
-    args.source, args.target = args.source.lower(), args.target.lower()  # (codes in any case: "-s EN" was refused)
     results: list[EvalResult] = []
     try:
         if args.limit is not None and args.limit < 1:

@@ -165,15 +165,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build and write the table; errors are one line on stderr and exit status 1."""
     from transduce.export.onnx_export import language_pairs
-    from transduce.model.checkpoint import load_checkpoint
+    from transduce.model.checkpoint import check_checkpoint_path, load_checkpoint
     from transduce.paths import check_file_target, check_output
 
     started = time.monotonic()
     try:
         config = ShortlistBuildConfig(max_pairs=args.max_pairs, per_piece=args.per_piece, frequent=args.frequent)
         checkpoint = Path(args.checkpoint)
-        if not checkpoint.is_file():
-            raise ValueError(f"checkpoint {checkpoint} does not exist")
+        check_checkpoint_path(checkpoint)  # before the table's output is checked against it
         out = Path(args.out) if args.out else checkpoint.parent / "shortlist.npz"
         check_output(out, [checkpoint, Path(args.data) / "train.tsv"], what="the table")
         check_file_target(out, what="--out")

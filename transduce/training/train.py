@@ -23,11 +23,20 @@ from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.tokenizer import Tokenizer, train_tokenizer
 from transduce.training.average import average_checkpoints
-from transduce.training.batching import Example, collate, corpus_language, make_examples, read_pairs, token_batches
+from transduce.training.batching import (
+    Example,
+    check_sampled,
+    collate,
+    corpus_language,
+    make_examples,
+    read_pairs,
+    token_batches,
+)
 from transduce.training.config import TrainConfig, noam_lr
 from transduce.training.decode import greedy
 
 log = logging.getLogger("transduce.train")
+MAX_EMPTY_EPOCHS = 1000  # epochs in a row that sample no batch before a run gives up
 _ALL_CHECKPOINTS = 1_000_000  # keep_checkpoints / average_last of a run saved with 0, which kept and averaged all
 
 
@@ -130,6 +139,7 @@ class Trainer:
         elif init:
             cfg = warm_start_config(cfg, init, self.out_dir)
         self.cfg = cfg
+        check_sampled(self.data_dir / "train.tsv", dict(cfg.origin_weights))  # before the tokenizer is trained
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         if self.world > 1 and not dist.is_initialized():
@@ -174,6 +184,8 @@ class Trainer:
         self.train_examples = make_examples(
             read_pairs(self.data_dir / "train.tsv"), self.tokenizer, self.cfg.max_len, self.lang
         )
+        if not self.train_examples:
+            raise ValueError(f"no pair of {self.data_dir / 'train.tsv'} fits max_len {self.cfg.max_len} tokens")
         dev_rows = read_pairs(self.data_dir / "dev.tsv")
         if not dev_rows:  # the dev loss would read 0.0, the best there is
             raise ValueError(f"{self.data_dir / 'dev.tsv'} has no pairs: the run measures its dev loss on them")
@@ -301,17 +313,23 @@ class Trainer:
             file=sys.stderr,
             disable=not self.progress,
         )
-        window_tok, window_t0 = 0, time.monotonic()
+        window_tok, window_t0, empty_epochs = 0, time.monotonic(), 0
         # a resumed run already at its step or time limit takes no further step (the limits are the run's totals)
         stop = bool(cfg.max_steps and self.step >= cfg.max_steps) or bool(
             cfg.max_minutes and self.elapsed >= cfg.max_minutes * 60
         )
         while not stop:
             batches = self.epoch_batches(self.epoch)
-            if not batches:  # (every origin weighted 0: epochs of nothing, forever, past every limit)
-                raise ValueError(
-                    "an epoch of the corpus holds no batch: give some origin a weight above 0 (--origin-weights)"
-                )
+            if not batches:  # small weights can sample nothing, and ranks can outnumber an epoch's batches: skipped,
+                empty_epochs += 1  # but not for ever (an epoch of nothing checks no limit)
+                if empty_epochs >= MAX_EMPTY_EPOCHS:
+                    raise ValueError(
+                        f"{MAX_EMPTY_EPOCHS} epochs in a row held no batch of this rank: the origins' weights sample "
+                        f"too little of the corpus for {self.world} process(es); raise them (--origin-weights)"
+                    )
+                self.epoch, self.batch_pos = self.epoch + 1, 0
+                continue
+            empty_epochs = 0
             while self.batch_pos < len(batches):
                 loss, ntok = self.train_step(
                     collate(

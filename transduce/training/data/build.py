@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from transduce.paths import check_output, check_replaceable_dir
+from transduce.paths import check_output, check_replaceable_dir, resolved
 from transduce.training.data import (
     auf_deutsch,
     bible,
@@ -263,7 +263,7 @@ def build_corpus(
     lang = other_language(pair)
     other = language_name(lang)
     shared_root = shared.require(shared_data)
-    given, out_dir = out_dir, Path(out_dir).resolve()  # "." has a name once resolved
+    given, out_dir = out_dir, resolved(out_dir, what="the corpus")  # "." has a name once resolved
     work = Path(work_dir) if work_dir is not None else out_dir.parent / f"{out_dir.name}-work"
     check_output(out_dir, [shared_root, work, *(git or {}).values()], what="the corpus")
     check_replaceable_dir(out_dir, "data_card.json", what="corpus")
