@@ -46,14 +46,14 @@ def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
     assert "nvidia/cuda" in runtime[0][1] and "runtime" in runtime[0][1]
     runs = " ".join(a for i, a in runtime if i == "RUN")
     assert "torch" not in runs and "build-essential" not in runs and "gcc" not in runs
-    assert "pip install --no-cache-dir ." in runs  # the base install: onnxruntime-gpu, fastapi, ... and no extras
+    assert "pip install --no-cache-dir --no-deps ." in runs  # the code; its dependencies are a layer of their own
     instructions = dict(runtime)
     user, _, group = instructions["USER"].partition(":")  # numeric: Kubernetes' runAsNonRoot refuses a name
     assert user.isdigit() and int(user) != 0 and (not group or group.isdigit())
     assert "useradd --create-home --uid " + user in runs  # (with a home, for libraries that want one)
     lines = (ROOT / ".dockerignore").read_text().splitlines()  # the build context: what the COPYs name, no .venv
     ignored = [line for line in lines if line and not line.startswith("#")]
-    assert ignored[:4] == ["*", "!pyproject.toml", "!README.md", "!transduce/"]
+    assert ignored[:5] == ["*", "!pyproject.toml", "!README.md", "!LICENSE", "!transduce/"]
     assert "/health/ready" in instructions["HEALTHCHECK"]
     assert instructions["STOPSIGNAL"] == "SIGTERM"
     assert instructions["ENTRYPOINT"] == '["transduce", "serve"]'
@@ -74,6 +74,27 @@ def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
             "ARG",
             "LABEL",
         }
+
+
+def test_dependencies_are_installed_from_pyproject_before_the_code_is_copied(tmp_path: Path) -> None:
+    """Each stage installs what pyproject.toml lists (the runtime: the base dependencies, the export: and torch's)
+    in a layer that only pyproject.toml feeds, so a code change rebuilds no dependency; each command is run here."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    expected = [project["dependencies"] + project["optional-dependencies"]["torch"], project["dependencies"]]
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    for stage, wanted in zip(dockerfile_stages(), expected, strict=True):
+        copies = [a for i, a in stage if i == "COPY" and not a.startswith("--from=")]
+        assert copies[0] == "pyproject.toml ./", copies  # nothing else before the dependencies' layer
+        first_code = stage.index(("COPY", copies[1]))
+        (install,) = [(n, a) for n, (i, a) in enumerate(stage) if i == "RUN" and "requirements.txt" in a]
+        assert stage.index(("COPY", copies[0])) < install[0] < first_code
+        command = shlex.split(install[1].split(">", 1)[0])  # python3 -c "...": what it writes to requirements.txt
+        assert command[:2] == ["python3", "-c"]
+        listed = subprocess.run([sys.executable, "-c", command[2]], cwd=tmp_path, capture_output=True, text=True)
+        assert listed.returncode == 0 and listed.stdout.splitlines() == wanted, listed.stderr
+        assert "pip install --no-cache-dir -r /tmp/requirements.txt" in install[1]
 
 
 def test_pyproject_base_dependencies_have_no_torch() -> None:
