@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -164,6 +165,13 @@ def run(args: argparse.Namespace) -> int:
         message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix of a validator's own message
         print(f"transduce serve: invalid setting {where}: {message}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as exc:  # (pydantic-settings reads the .env file as UTF-8: a traceback)
+        print(
+            f"transduce serve: {os.path.abspath('.env')} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
+            "save it as UTF-8",
+            file=sys.stderr,
+        )
+        return 2
     try:
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:
@@ -215,7 +223,6 @@ def _log_environment(settings: Settings) -> None:
     such as TRANSDUCE_API_KEY would otherwise leave a server open without a word; ``DrainingServer`` says whether
     keys are required once it serves)."""
     import difflib
-    import os
 
     from transduce.engine.session import usable_cores
     from transduce.service.config import Settings

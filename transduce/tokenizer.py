@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -133,22 +134,31 @@ def train_tokenizer(
     """Train a joint unigram SentencePiece model (pad=0 unk=1 bos=2 eos=3, tags as control symbols); returns bytes."""
     tags = [target_tag.format(lang=lang) for lang in languages] if target_tag else []
     model = io.BytesIO()
-    spm.SentencePieceTrainer.Train(
-        sentence_iterator=iter(sentences),
-        model_writer=model,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        character_coverage=character_coverage,
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        control_symbols=tags,
-        input_sentence_size=input_sentence_size,
-        shuffle_input_sentence=True,
-        seed_sentencepiece_size=seed_sentencepiece_size,
-        hard_vocab_limit=False,
-        minloglevel=2,
-        num_threads=2,
-    )
+    try:
+        spm.SentencePieceTrainer.Train(
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type="unigram",
+            character_coverage=character_coverage,
+            pad_id=0,
+            unk_id=1,
+            bos_id=2,
+            eos_id=3,
+            control_symbols=tags,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            seed_sentencepiece_size=seed_sentencepiece_size,
+            hard_vocab_limit=False,
+            minloglevel=2,
+            num_threads=2,
+        )
+    except RuntimeError as exc:  # SentencePiece's own words: "INTERNAL: src/trainer_interface.cc(638) [...]"
+        small = re.search(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)", str(exc))
+        if small is None:
+            raise
+        raise ValueError(
+            f"vocab_size {vocab_size} is too small: the text's characters and the special pieces alone take "
+            f"{small.group(1)}; give at least that (the shipped model has 8000)"
+        ) from None
     return model.getvalue()

@@ -103,6 +103,15 @@ def test_start_up_faults_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> N
         lines = [line for line in result.stderr.splitlines() if line.startswith("transduce serve:")]
         assert result.returncode == status and len(lines) == 1 and lines[0].startswith(start), result.stderr[-2000:]
         assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    (tmp_path / ".env").write_bytes(b"TRANSDUCE_PORT=0\nTRANSDUCE_CANARY_TEXT=Caf\xe9\n")  # Latin-1: a traceback
+    latin = subprocess.run(
+        [*TRANSDUCE, "serve"], env=serve_env(), capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert (latin.returncode, latin.stderr) == (
+        2,
+        f"transduce serve: {tmp_path / '.env'} is not UTF-8 text (invalid continuation byte at byte 42): save it as "
+        "UTF-8\n",
+    )
     flag = subprocess.run([*TRANSDUCE, "serve", "--port", "abc"], capture_output=True, text=True, timeout=60)
     assert (flag.returncode, flag.stderr) == (
         2,

@@ -286,6 +286,10 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     no_dev = ["train", "--data", str(tmp_path / "no-dev"), "--out", str(tmp_path / "r4"), "--vocab-size", "60"]
     assert main([*no_dev, "--max-steps", "1", "--bleu-sentences", "0"]) == 1
     assert "dev.tsv has no pairs" in capsys.readouterr().err
+    small = ["train", "--data", str(data), "--out", str(tmp_path / "r6"), "--vocab-size", "5", "--max-steps", "1"]
+    assert main(small) == 1  # (SentencePiece's "INTERNAL: src/trainer_interface.cc(638) [...]" was the message)
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"transduce train: vocab_size 5 is too small: .* alone take \d+; give at least that .*\n", err)
     zero = ["--origin-weights", "bible=0,ding=0", "--max-steps", "1"]
     assert main(["train", "--data", str(data), "--out", str(tmp_path / "r5"), *zero]) == 1
     err = capsys.readouterr().err
