@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -119,17 +121,15 @@ def test_start_up_faults_are_one_line(tiny_model_dir: Path, tmp_path: Path) -> N
     )
 
 
-def test_sighup_leaves_a_server_of_one_model_serving(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """SIGHUP (systemctl reload, a closed terminal) killed it at once, dropping accepted requests. Also: the log names
-    the address it listens on (with --port 0, the only way to learn it) and warns of a TRANSDUCE_* typo."""
-    model = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model)
-    env = serve_env(TRANSDUCE_MODEL_DIR=str(model), TRANSDUCE_API_KEY="secret")
-    log = tmp_path / "serve.log"
-    (tmp_path / ".env").write_text("TRANSDUCE_REQ_LIMT=10\nTRANSDUCE_DEFAULT_EXPORT_DIR=/x\n")  # warned of too
+@contextmanager
+def serve_process(
+    env: dict[str, str], log: Path, cwd: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`transduce serve --port 0` with ``env``, its output in ``log``; yields the process and its URL (read from
+    the log) once it listens; SIGTERM at the end must make it exit 0."""
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [*TRANSDUCE, "serve", "--port", "0"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
+            [*TRANSDUCE, "serve", "--port", "0"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd
         )
     try:
         deadline, url = time.monotonic() + 60, None
@@ -138,15 +138,35 @@ def test_sighup_leaves_a_server_of_one_model_serving(tiny_model_dir: Path, tmp_p
             url = found.group(1) if found else None
             time.sleep(0.1)
         assert url is not None, log.read_text()
-        assert httpx.get(f"{url}/health/ready").status_code == 200
-        proc.send_signal(signal.SIGHUP)
-        time.sleep(1)
-        assert proc.poll() is None and httpx.get(f"{url}/health/ready").status_code == 200
+        yield proc, url
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def wait_for_line(log: Path, text: str, timeout_s: float = 10.0) -> None:
+    """Until ``text`` is in ``log``; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, f"{text!r} not logged: {log.read_text()[-2000:]}"
+        time.sleep(0.05)
+
+
+def test_sighup_leaves_a_server_of_one_model_serving(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """SIGHUP (systemctl reload, a closed terminal) killed it at once, dropping accepted requests. Also: the log names
+    the address it listens on (with --port 0, the only way to learn it) and warns of a TRANSDUCE_* typo."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    env = serve_env(TRANSDUCE_MODEL_DIR=str(model), TRANSDUCE_API_KEY="secret")
+    log = tmp_path / "serve.log"
+    (tmp_path / ".env").write_text("TRANSDUCE_REQ_LIMT=10\nTRANSDUCE_DEFAULT_EXPORT_DIR=/x\n")  # warned of too
+    with serve_process(env, log, tmp_path) as (proc, url):
+        assert httpx.get(f"{url}/health/ready").status_code == 200
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert proc.poll() is None and httpx.get(f"{url}/health/ready").status_code == 200
     text = log.read_text()
     assert "SIGHUP ignored: one model (model_dir) has nothing to rescan" in text
     assert "TRANSDUCE_API_KEY is not a setting, ignored (did you mean TRANSDUCE_API_KEYS?)" in text

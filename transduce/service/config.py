@@ -20,6 +20,7 @@ from transduce.engine.options import (
     no_repeat_problem,
 )
 from transduce.engine.text import has_letters
+from transduce.service.apikeys import KeyFileError, KeyLimits, KeyRing, load_key_file
 from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#*]+", re.IGNORECASE)  # what a browser's Origin header holds
@@ -129,6 +130,11 @@ class Settings(BaseSettings):
         "start-up; a request's glossary overrides it term by term",
     )
     api_keys: str = Field("", description="comma-separated API keys; empty = no key needed")
+    api_keys_file: str | None = Field(
+        None,
+        description="a file of API keys, one a line, each optionally followed by its own requests a minute (0: no "
+        "limit); with api_keys, both are accepted; re-read on SIGHUP and POST /admin/reload",
+    )
     protect_health: bool = Field(False, description="require the API key on /health*, /metrics too")
     shutdown_grace_s: float = Field(30.0, description="time to finish accepted requests after SIGTERM")
     log_json: bool = Field(True, description="one JSON line per request on stderr")
@@ -313,6 +319,7 @@ class Settings(BaseSettings):
         return value
 
     _glossary: ServerGlossary = PrivateAttr(default_factory=dict)
+    _file_keys: KeyLimits = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _beam_and_glossary(self) -> Settings:
@@ -326,13 +333,16 @@ class Settings(BaseSettings):
                 f"default_beam_size {self.default_beam_size} is over max_beam_size {self.max_beam_size}: lower "
                 "default_beam_size or raise max_beam_size"
             )
-        if self.glossary_file:  # read once, here: a bad file stops start-up with one line saying what to fix
-            try:
+        try:  # read here: a bad file stops start-up with one line saying what to fix
+            if self.glossary_file:
                 self._glossary = load_glossary_file(self.glossary_file)
-            except GlossaryFileError as exc:
-                problem = PydanticCustomError("glossary_file", "{problem}", {"problem": str(exc)})
-                detail = InitErrorDetails(type=problem, loc=("glossary_file",), input=self.glossary_file)
-                raise ValidationError.from_exception_data(type(self).__name__, [detail]) from None
+            if self.api_keys_file:
+                self._file_keys = load_key_file(self.api_keys_file)
+        except (GlossaryFileError, KeyFileError) as exc:
+            field = "glossary_file" if isinstance(exc, GlossaryFileError) else "api_keys_file"
+            problem = PydanticCustomError(field, "{problem}", {"problem": str(exc)})
+            detail = InitErrorDetails(type=problem, loc=(field,), input=getattr(self, field))
+            raise ValidationError.from_exception_data(type(self).__name__, [detail]) from None
         return self
 
     @model_validator(mode="after")
@@ -343,10 +353,13 @@ class Settings(BaseSettings):
                 f"max_wait_ms {self.max_wait_ms:g} is not below request_timeout_s {self.request_timeout_s:g} s: a "
                 "sentence waiting that long for company would pass its deadline; lower max_wait_ms"
             )
-        if self.api_keys.strip() and not self.keys:
+        if self.api_keys.strip() and not self.listed_keys:
             raise ValueError("api_keys names no key (only commas and spaces): list the keys, or leave it empty")
         if self.protect_health and not self.keys:
-            raise ValueError("protect_health needs api_keys: without a key there is nothing to ask /health callers for")
+            raise ValueError(
+                "protect_health needs api_keys or api_keys_file: without a key there is nothing to ask /health "
+                "callers for"
+            )
         if self.memory_budget_mb and not self.models:
             raise ValueError("memory_budget_mb applies to several models (models); with one model leave it 0")
         if not has_letters(self.canary_text):
@@ -374,9 +387,18 @@ class Settings(BaseSettings):
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     @property
-    def keys(self) -> frozenset[str]:
-        """The configured API keys."""
+    def listed_keys(self) -> frozenset[str]:
+        """The keys of api_keys."""
         return frozenset(k.strip() for k in self.api_keys.split(",") if k.strip())
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """The API keys configured at start: api_keys' and the key file's (the server's ``KeyRing`` has them now)."""
+        return self.listed_keys | set(self._file_keys)
+
+    def key_ring(self) -> KeyRing:
+        """The keys as the server starts with them; ``KeyRing.reload`` reads the key file again."""
+        return KeyRing(self.listed_keys, self.api_keys_file, dict(self._file_keys) if self.api_keys_file else None)
 
     @field_validator("log_throttle_s")
     @classmethod

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -38,8 +37,7 @@ def get_pipeline(state: StateDep) -> PipelineLike:
 def check_api_key(state: AppState, request: Request, body_key: str | None = None) -> str | None:
     """401 without a key, 403 with a wrong one, when keys are configured; header ``Authorization: Bearer`` works too.
     The key it let the request in with (None when the server has no keys)."""
-    keys = state.settings.keys
-    if not keys:
+    if not state.keyring:
         return None
     key = body_key or request.query_params.get("api_key")
     auth = request.headers.get("authorization", "")
@@ -47,7 +45,7 @@ def check_api_key(state: AppState, request: Request, body_key: str | None = None
         key = auth[7:].strip()
     if not key:
         raise ApiError(401, "an API key is required: pass api_key in the body or 'Authorization: Bearer KEY'")
-    if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
+    if state.keyring.match(key) is None:
         raise ApiError(403, "invalid API key")
     return key
 
@@ -55,7 +53,7 @@ def check_api_key(state: AppState, request: Request, body_key: str | None = None
 def rate_before_body(state: AppState, request: Request) -> None:
     """Without API keys a client is its address (``req_limit``): counted before its body is read (a client over its
     limit made the server read and parse every body it sent, a file's up to max_file_bytes, to refuse it)."""
-    if not state.settings.keys:
+    if not state.keyring:
         check_rate(state.limiter, request)
 
 
@@ -77,7 +75,7 @@ def accepted_key(state: AppState, request: Request, body_key: str | None = None)
     with charged_if_refused(state, request):
         key = check_api_key(state, request, body_key)
     if key is not None:
-        check_rate(state.limiter, request, key)
+        check_rate(state.limiter, request, key, state.keyring.limit(key))
     return key
 
 

@@ -19,6 +19,7 @@ from fastapi_offline import FastAPIOffline
 
 from transduce.engine.errors import ModelLoadError
 from transduce.service import draining
+from transduce.service.apikeys import KeyFileError, reload_keys
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.errors import install_error_handlers
@@ -95,6 +96,9 @@ async def _serve_model(state: AppState) -> AsyncIterator[None]:
     state.started, state.ready = True, not state.draining
 
     def on_hangup() -> None:  # a closed terminal or `systemctl reload` must not stop it
+        if state.keyring.path is not None:
+            sighup_keys(state)
+            return
         log.warning("SIGHUP ignored: one model (model_dir) has nothing to rescan; restart to serve another")
 
     try:
@@ -132,6 +136,7 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
             log.error("SIGHUP: models not reloaded: %s", exc)
 
     def on_hangup() -> None:
+        sighup_keys(state)
         task = loop.create_task(reload(), name="transduce-reload")
         reloads.add(task)
         task.add_done_callback(reloads.discard)
@@ -142,6 +147,14 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
     finally:
         await draining.stop(state)
         log.info("stopped")
+
+
+def sighup_keys(state: AppState) -> None:
+    """SIGHUP: ``reload_keys``, a key file that cannot be used logged (the keys read before stay)."""
+    try:
+        reload_keys(state.keyring, state.limiter)
+    except KeyFileError as exc:
+        log.error("SIGHUP: API keys not reloaded, those read before stay: %s", exc)
 
 
 @contextmanager
@@ -229,6 +242,7 @@ def create_app(
     )
     state.reload_on_sighup = reload_on_sighup
     state.limiter = RateLimiter(settings.req_limit)
+    state.keyring = settings.key_ring()
     if settings.models:
         model_metrics = ModelMetrics(state.metrics.registry)
         state.pool = ModelPool(settings, state.metrics, state.window, model_metrics, model_loader or load_model_dir)

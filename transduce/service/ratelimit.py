@@ -40,13 +40,20 @@ class RateLimiter:
     def __len__(self) -> int:
         return len(self._buckets) + len(self._keys)
 
-    def wait(self, client: str, now: float | None = None) -> float:
+    def forget_keys_but(self, clients: set[str]) -> None:
+        """Drop the buckets of API keys' clients not in ``clients`` (keys revoked by a reload of the key file)."""
+        for client in [c for c in self._keys if c not in clients]:
+            del self._keys[client]
+
+    def wait(self, client: str, now: float | None = None, per_minute: int | None = None) -> float:
         """Take one request from ``client``'s bucket: 0 when it may go, else the seconds until it may (nothing
-        taken). Used from the event loop only (no lock needed)."""
-        if not self.per_minute:
+        taken). ``per_minute``: this client's own limit (an API key's), instead of the server's. Used from the event
+        loop only (no lock needed)."""
+        limit = self.per_minute if per_minute is None else per_minute
+        if not limit:
             return 0.0
         now = time.monotonic() if now is None else now
-        capacity, rate = float(self.per_minute), self.per_minute / 60.0
+        capacity, rate = float(limit), limit / 60.0
         buckets = self._keys if client.startswith(KEY_CLIENT) else self._buckets
         tokens, then = buckets.pop(client, (capacity, now))
         tokens = min(capacity, tokens + (now - then) * rate)
@@ -57,13 +64,18 @@ class RateLimiter:
         return wait
 
 
+def key_client(key: str) -> str:
+    """The client an API key is (its bucket's name: never the key itself)."""
+    return KEY_CLIENT + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 def client_id(request: Request, key: str | None) -> str:
     """Whose bucket ``request`` takes from: its API key's when the server has keys (every client behind one address,
     a NAT or an unconfigured proxy, was one client), else its address: an IPv4 one, or an IPv6 one's /64 network (a
     client holds the whole /64); an address that is none (a unix socket, a proxy's header with junk in it) is one
     shared "unknown" (the raw header was the key: any text, up to 64 KiB a bucket)."""
     if key is not None:
-        return KEY_CLIENT + hashlib.sha256(key.encode()).hexdigest()[:32]
+        return key_client(key)
     try:
         address = ipaddress.ip_address(request.client.host if request.client is not None else "")
     except ValueError:
@@ -77,14 +89,15 @@ def client_id(request: Request, key: str | None) -> str:
     return str(address)
 
 
-def check_rate(limiter: RateLimiter, request: Request, key: str | None = None) -> None:
+def check_rate(limiter: RateLimiter, request: Request, key: str | None = None, per_minute: int | None = None) -> None:
     """429 with Retry-After when the request's client (``client_id``: ``key``, the API key it was let in with, when
-    the server has keys) has used up its requests for now."""
-    wait = limiter.wait(client_id(request, key))
+    the server has keys) has used up its requests for now; ``per_minute``: that key's own limit (the key file's)."""
+    wait = limiter.wait(client_id(request, key), per_minute=per_minute)
     if wait:
+        whose = "this API key (its limit in api_keys_file)" if per_minute is not None else "one client (req_limit)"
         raise ApiError(
             429,
-            f"too many requests: at most {limiter.per_minute} a minute from one client (req_limit); "
-            f"retry in {math.ceil(wait)} s",
+            f"too many requests: at most {limiter.per_minute if per_minute is None else per_minute} a minute from "
+            f"{whose}; retry in {math.ceil(wait)} s",
             {"Retry-After": str(math.ceil(wait))},
         )

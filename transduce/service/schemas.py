@@ -158,14 +158,18 @@ class Health(BaseModel):
 
 
 class ReloadReport(BaseModel):
-    """POST /admin/reload: what the scan of the model directories changed."""
+    """POST /admin/reload: what the scan of the model directories changed (several models), and the key file's
+    reading (with one)."""
 
-    added: list[str]
-    removed: list[str]
-    replaced: list[str]
-    retried: list[str] = Field(description="models that had failed, read again (they load on first use)")
-    unchanged: list[str]
-    failed: dict[str, str] = Field(description="models that cannot be served, and why")
+    added: list[str] = []
+    removed: list[str] = []
+    replaced: list[str] = []
+    retried: list[str] = Field([], description="models that had failed, read again (they load on first use)")
+    unchanged: list[str] = []
+    failed: dict[str, str] = Field({}, description="models that cannot be served, and why")
+    api_keys: dict[str, int] | None = Field(
+        None, description="api_keys_file read again: keys accepted now, keys added, removed, limits changed"
+    )
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {

@@ -1,4 +1,5 @@
-"""POST /admin/reload: rescan the model directories of TRANSDUCE_MODELS (as SIGHUP does under `transduce serve`)."""
+"""POST /admin/reload: read the key file (TRANSDUCE_API_KEYS_FILE) again and rescan the model directories of
+TRANSDUCE_MODELS, as SIGHUP does under `transduce serve`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import hmac
 from fastapi import APIRouter, Request
 
 from transduce.engine.errors import ModelLoadError
+from transduce.service.apikeys import KeyFileError, reload_keys
 from transduce.service.deps import StateDep, charged_if_refused
 from transduce.service.errors import ApiError
 from transduce.service.schemas import ERROR_RESPONSES, ErrorResponse, ReloadReport
@@ -17,7 +19,11 @@ RESPONSES: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorResponse, "description": "no admin key sent"},
     403: {"model": ErrorResponse, "description": "wrong admin key"},
     404: {"model": ErrorResponse, "description": "no admin key is configured (admin_key): there is no admin endpoint"},
-    409: {"model": ErrorResponse, "description": "the server serves one model directory (model_dir): nothing to scan"},
+    409: {
+        "model": ErrorResponse,
+        "description": "one model directory (model_dir) and no key file: nothing to reload; or a key file that "
+        "cannot be used",
+    },
     503: ERROR_RESPONSES[503],
 }
 
@@ -36,21 +42,28 @@ def check_admin_key(request: Request, key: str) -> None:
         raise ApiError(403, "invalid admin key")
 
 
-@router.post("/admin/reload", response_model=ReloadReport, responses=RESPONSES)
+@router.post("/admin/reload", response_model=ReloadReport, response_model_exclude_none=True, responses=RESPONSES)
 async def reload(request: Request, state: StateDep) -> ReloadReport:
-    """Scan the model directories again: added models appear, removed ones stop being routed to and unload once
-    idle, replaced ones serve new requests from their new version while earlier requests finish on the old one."""
+    """Read the key file again (keys added, revoked or re-limited take effect at once), then scan the model
+    directories again: added models appear, removed ones stop being routed to and unload once idle, replaced ones
+    serve new requests from their new version while earlier requests finish on the old one."""
     with charged_if_refused(state, request):  # a wrong admin key counts against its address (req_limit)
         check_admin_key(request, state.settings.admin_key)
-    if state.pool is None:
+    if state.pool is None and state.keyring.path is None:
         raise ApiError(
             409,
-            "hot reload needs several models (TRANSDUCE_MODELS): this server serves one model directory "
-            "(TRANSDUCE_MODEL_DIR); restart it to change the model",
+            "hot reload needs several models (TRANSDUCE_MODELS) or a key file (TRANSDUCE_API_KEYS_FILE): this server "
+            "serves one model directory (TRANSDUCE_MODEL_DIR); restart it to change the model",
         )
     if state.draining or not state.ready:
         raise ApiError(503, "server is starting or shutting down", {"Retry-After": "5"})
+    try:  # the keys first: a key file that cannot be used stops the reload before any model changes
+        keys = reload_keys(state.keyring, state.limiter)
+    except KeyFileError as exc:
+        raise ApiError(409, f"nothing reloaded, the API keys read before stay: {exc}") from None
+    if state.pool is None:
+        return ReloadReport(api_keys=keys)
     try:
-        return ReloadReport(**await state.pool.reload())
+        return ReloadReport(**await state.pool.reload(), api_keys=keys)
     except ModelLoadError as exc:  # e.g. the models directory is gone: the models loaded go on serving
         raise ApiError(503, f"models not reloaded: {exc}") from None

@@ -38,7 +38,7 @@ async def frontend_settings(state: StateDep) -> dict[str, Any]:
     translator = state.pipeline.translator if state.pipeline else None
     settings = state.settings
     return {
-        **_libretranslate_keys(settings, sorted(translator.pairs) if translator else []),
+        **_libretranslate_keys(settings, sorted(translator.pairs) if translator else [], bool(state.keyring)),
         "char_limit": settings.max_chars,
         "max_items": settings.max_items,
         "max_queue_items": settings.max_queue_items,
@@ -52,19 +52,19 @@ async def frontend_settings(state: StateDep) -> dict[str, Any]:
         "request_timeout_s": settings.request_timeout_s,  # the page waits a margin beyond it, then says so
         "model": translator.model_name if translator else None,
         "provider": translator.provider if translator else None,
-        "api_key_required": bool(settings.keys),
+        "api_key_required": bool(state.keyring),
     }
 
 
-def _libretranslate_keys(settings: Settings, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+def _libretranslate_keys(settings: Settings, pairs: list[tuple[str, str]], keys: bool) -> dict[str, Any]:
     sources = [s for s, _ in pairs]
     source = "en" if "en" in sources else sources[0] if sources else None
     target = next((t for s, t in pairs if s == source), None)
     return {
         "charLimit": settings.max_chars,
         "frontendTimeout": 500,  # LibreTranslate's default: its page's wait after typing (this page waits for a click)
-        "apiKeys": bool(settings.keys),
-        "keyRequired": bool(settings.keys),
+        "apiKeys": keys,
+        "keyRequired": keys,
         "suggestions": False,
         "filesTranslation": True,
         "supportedFilesFormat": supported_types(),
