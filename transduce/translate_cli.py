@@ -21,6 +21,7 @@ from typing import BinaryIO, NamedTuple
 from transduce.engine.options import DEFAULT_OPTIONS, MAX_BEAM_SIZE, SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
 
 READ_SIZE = 1 << 16
+TIMEOUT_S = 120.0  # --timeout: seconds a server (--url) has to answer a request
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"beam size (1 = greedy; default {DEFAULT_OPTIONS.beam_size}, with --url the server's default_beam_size)",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=DEFAULT_OPTIONS.chunk_size, help="sentences per encoder/decoder pass"
+        "--batch-size",
+        type=int,
+        default=None,
+        help=f"sentences per encoder/decoder pass (default {DEFAULT_OPTIONS.chunk_size}; not with --url: a server "
+        "makes its own batches)",
     )
     parser.add_argument(
         "--no-repeat-ngram-size",
@@ -56,9 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"never repeat a run of this many pieces (0 = off; default {SERVED_NO_REPEAT_NGRAM_SIZE}, as the "
         "server's; not with --url: a server decodes with its own NO_REPEAT_NGRAM_SIZE)",
     )
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run the model")
+    parser.add_argument(
+        "--device", default=None, choices=["auto", "cpu", "cuda"], help="where to run the model (default auto)"
+    )
     parser.add_argument("--api-key", default=None, help="API key for --url servers that require one")
-    parser.add_argument("--timeout", type=float, default=120.0, help="HTTP timeout in seconds for --url")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help=f"HTTP timeout in seconds for --url (default {TIMEOUT_S:g})"
+    )
 
 
 class SourceLine(NamedTuple):
@@ -201,13 +210,21 @@ class TranslateError(RuntimeError):
 
 def usage_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the command's options (one line, without the command's name), or None."""
-    if (args.beam_size is not None and args.beam_size < 1) or args.batch_size < 1:
+    remote = [f for f in ("api_key", "timeout") if getattr(args, f) is not None]
+    local = [f for f in ("device", "batch_size") if getattr(args, f) is not None]
+    if args.url is None and remote:  # (each was passed over without a word)
+        return f"{_flags(remote)}: for --url (a server) only; a local model needs none"
+    if args.url is not None and local:
+        return (
+            f"{_flags(local)}: the local model's only; a server (--url) decodes on its own device, in its own batches"
+        )
+    if (args.beam_size is not None and args.beam_size < 1) or (args.batch_size is not None and args.batch_size < 1):
         return "--beam-size and --batch-size must be >= 1"
     if args.url is None and args.beam_size is not None and args.beam_size > MAX_BEAM_SIZE:
         return f"--beam-size {args.beam_size} is over {MAX_BEAM_SIZE} (its search would not fit in memory)"
     if args.url is not None and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", args.url, re.IGNORECASE):
         return f"--url must be a server's http:// or https:// address, e.g. http://127.0.0.1:5000, got {args.url!r}"
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         return f"--timeout must be a number of seconds > 0, got {args.timeout}"
     if args.no_repeat_ngram_size is not None:
         problem = no_repeat_problem(args.no_repeat_ngram_size)
@@ -222,6 +239,10 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _flags(fields: list[str]) -> str:
+    return " and ".join("--" + f.replace("_", "-") for f in fields)
+
+
 def run(args: argparse.Namespace) -> int:
     """Translate every input line; exits 1 with a one-line message on the first error (2 for bad options)."""
     from tqdm import tqdm
@@ -232,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
     if (problem := usage_problem(args)) is not None:
         print(f"transduce translate: {problem}", file=sys.stderr)
         return 2
+    args.batch_size = args.batch_size or DEFAULT_OPTIONS.chunk_size
+    args.device, args.timeout = args.device or "auto", args.timeout or TIMEOUT_S
     try:
         with (
             ExitStack() as stack,

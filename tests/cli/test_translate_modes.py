@@ -104,6 +104,11 @@ def test_bad_options_are_one_line_and_exit_2(tiny_model_dir: Path) -> None:
         ([*url, "--timeout", "0"], "--timeout must be a number of seconds > 0, got 0.0"),
         ([*url, "--timeout", "inf"], "--timeout must be a number of seconds > 0, got inf"),
         ([*model, "--beam-size", "100000000"], "--beam-size 100000000 is over 64"),
+        # options of the other mode: each was passed over without a word
+        ([*model, "--api-key", "k", "--timeout", "5"], "--api-key and --timeout: for --url (a server) only"),
+        ([*model, "--timeout", "5"], "--timeout: for --url (a server) only; a local model needs none"),
+        ([*url, "--device", "cpu"], "--device: the local model's only; a server (--url) decodes on its own"),
+        ([*url, "--batch-size", "8", "--device", "cuda"], "--device and --batch-size: the local model's only"),
     ):
         result = translate(*args, stdin="Hello.\n")
         assert result.returncode == 2 and result.stdout == "", (args, result.stderr)
