@@ -97,7 +97,7 @@ def test_export_and_export_marian_never_delete_their_checkpoint_or_other_files(
     assert main(["export", str(victim / "model.pt"), str(victim), "--dtype", "int8"]) == 1  # before any export
     assert "would overwrite the input" in capsys.readouterr().err
     assert sorted(p.name for p in victim.iterdir()) == ["model.pt", "notes.txt"]
-    assert main(["export", str(tiny_checkpoint), str(tmp_path / "x"), "--opset", "0"]) == 1
+    assert main(["export", str(tiny_checkpoint), str(tmp_path / "x"), "--opset", "0"]) == 2  # a bad option
     err = capsys.readouterr().err
     assert _errors(err) == ["transduce export: opset must be 14 to 21 (those this export is verified with), got 0"]
 
@@ -107,6 +107,8 @@ def test_shortlist_output_on_its_checkpoint_is_refused_and_a_failed_write_keeps_
 ) -> None:
     assert main(["shortlist", "--checkpoint", str(tmp_path), "--data", str(tmp_path)]) == 1
     assert "is a directory: name the checkpoint file (.pt) in it" in capsys.readouterr().err  # not "does not exist"
+    assert main(["shortlist", "--checkpoint", str(tmp_path), "--data", str(tmp_path), "--per-piece", "0"]) == 2
+    assert capsys.readouterr().err == "transduce shortlist: per_piece must be >= 1, got 0\n"  # a bad option: 2
     copy = tmp_path / "model.pt"
     copy.write_bytes(tiny_checkpoint.read_bytes())
     assert main(["shortlist", "--checkpoint", str(copy), "--data", str(tmp_path), "--out", str(copy)]) == 1

@@ -161,9 +161,15 @@ def test_no_clients_no_requests_or_a_file_for_out_is_one_line(
     found once the whole benchmark had run ("[Errno 17] File exists")."""
     from transduce.cli import main
 
-    assert main(["bench", "load", "--concurrency", "0", "--requests", "1"]) == 1
-    assert main(["bench", "load", "--concurrency", "1", "--requests", "0"]) == 1
-    assert capsys.readouterr().err.count("--concurrency and --requests must be >= 1") == 2
+    for args, problem in (  # bad options: exit 2, before anything runs, as in every command
+        (["--concurrency", "0"], "--concurrency takes whole numbers >= 1, comma-separated, got '0'"),
+        (["--concurrency", "4,two"], "--concurrency takes whole numbers >= 1, comma-separated, got '4,two'"),
+        (["--threads", "x"], "--threads takes whole numbers >= 1, comma-separated, got 'x'"),
+        (["--requests", "0"], "--requests and --rounds must be >= 1, got 0, 3"),
+        (["--arrivals", "-1"], "--arrivals takes positive numbers, got '-1'"),
+    ):
+        assert main(["bench", "load", *args]) == 2
+        assert capsys.readouterr().err == f"transduce bench: {problem}\n"
     (tmp_path / "results.txt").write_text("kept\n")
-    assert main(["bench", "load", "--out", str(tmp_path / "results.txt")]) == 1
+    assert main(["bench", "load", "--out", str(tmp_path / "results.txt")]) == 2
     assert "is a file: name a directory for the results" in capsys.readouterr().err

@@ -343,6 +343,10 @@ def test_a_language_pair_is_read_from_the_name_or_given_as_codes(tmp_path: Path)
         _languages(named, {}, "not a lang", None)
     with pytest.raises(ValueError, match="cannot tell the language pair"):
         _languages(tmp_path, {}, None, None)
+    from transduce.cli import main
+
+    assert main(["import-marian", str(named), str(tmp_path / "out"), "--target-lang", "not a lang"]) == 2
+    assert not (tmp_path / "out").exists()  # a bad option: 2, before anything is read or written
 
 
 def test_export_marian_runs_our_weights_in_transformers(exported: Path, native: Path) -> None:

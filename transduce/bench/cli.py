@@ -76,12 +76,18 @@ def run(args: argparse.Namespace) -> int:
     from transduce.shipped import DEFAULT_CHECKPOINT, resolve_model_dir
 
     work, out = Path(args.work), Path(args.out)
-    try:
-        threads = tuple(int(t) for t in str(args.threads).split(",") if t.strip())
-        if not threads or min(threads) < 1:
-            raise ValueError(f"--threads must list positive thread counts, got {args.threads!r}")
+    try:  # the options first: a bad one is exit 2, as everywhere (a failed run is 1)
+        threads = _counts(args.threads, "--threads")
+        levels = _counts(args.concurrency, "--concurrency")
+        arrivals = _fractions(args.arrivals)
+        if args.requests < 1 or args.rounds < 1:  # (--requests 0 ran, then ended in numpy's IndexError)
+            raise ValueError(f"--requests and --rounds must be >= 1, got {args.requests}, {args.rounds}")
         if out.exists() and not out.is_dir():  # (found once the whole benchmark had run: "[Errno 17] File exists")
             raise ValueError(f"--out {out} is a file: name a directory for the results")
+    except ValueError as exc:
+        print(f"transduce bench: {exc}", file=sys.stderr)
+        return 2
+    try:
         if args.which == "engines":
             from transduce.bench.engines import run as run_engines
 
@@ -113,13 +119,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             from transduce.bench.load import run as run_load
 
-            levels = tuple(int(c) for c in args.concurrency.split(","))
-            if min(levels) < 1 or args.requests < 1:  # (0 ran, then ended in numpy's IndexError)
-                raise ValueError(f"--concurrency and --requests must be >= 1, got {args.concurrency}, {args.requests}")
             run_load(
                 str(resolve_model_dir(args.model)),
                 concurrency=levels,
-                arrivals=_fractions(args.arrivals),
+                arrivals=arrivals,
                 requests=args.requests,
                 beam=args.beam_size,
                 threads=max(threads),
@@ -132,6 +135,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"transduce bench: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _counts(text: str, flag: str) -> tuple[int, ...]:
+    """``--threads`` / ``--concurrency``: comma-separated whole numbers, each at least 1 (0 clients ran, then ended
+    in numpy's IndexError; "two" was Python's "invalid literal for int()")."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"{flag} takes whole numbers >= 1, comma-separated, got {text!r}")
+    return tuple(int(p) for p in parts)
 
 
 def _fractions(text: str) -> tuple[float, ...]:

@@ -46,29 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Export, verify, print a one-line summary; errors are one line on stderr and exit status 1."""
+    """Export, verify, print a one-line summary; errors are one line on stderr: exit status 2 for a bad option, 1
+    for an export that failed."""
     from transduce.engine.shortlist import sibling_table
     from transduce.export.onnx_export import ExportConfig, export_model
     from transduce.export.verify import VerificationError
 
     started = time.monotonic()
-    if not Path(args.checkpoint).is_file():
-        problem = "is a directory: name the checkpoint file (.pt) in it" if Path(args.checkpoint).is_dir() else ""
-        print(f"transduce export: checkpoint {args.checkpoint} {problem or 'does not exist'}", file=sys.stderr)
-        return 1
-    print(
-        f"exporting {args.checkpoint} -> {args.out_dir} (encoder, decoder, gather"
-        f"{'' if args.no_verify else ' + verification'}) ...",
-        file=sys.stderr,
-    )
     int8 = args.dtype == "int8"
     shortlist = (
         None if args.no_shortlist else Path(args.shortlist) if args.shortlist else sibling_table(args.checkpoint)
     )
-    if shortlist is not None and not shortlist.is_file():
-        print(f"transduce export: shortlist {shortlist} does not exist", file=sys.stderr)
-        return 1
-    try:
+    try:  # the options first: a bad one is exit 2, as in every command (a failed export is 1)
         config = ExportConfig(
             opset=args.opset,
             verify=not args.no_verify,
@@ -81,6 +70,23 @@ def run(args: argparse.Namespace) -> int:
             from transduce.export.quantize import seven_bits
 
             seven_bits()  # (a bad TRANSDUCE_INT8_WEIGHT_BITS was found after the float32 export and its check)
+    except ValueError as exc:
+        print(f"transduce export: {exc}", file=sys.stderr)
+        return 2
+    if not Path(args.checkpoint).is_file():
+        problem = "is a directory: name the checkpoint file (.pt) in it" if Path(args.checkpoint).is_dir() else ""
+        print(f"transduce export: checkpoint {args.checkpoint} {problem or 'does not exist'}", file=sys.stderr)
+        return 1
+    print(
+        f"exporting {args.checkpoint} -> {args.out_dir} (encoder, decoder, gather"
+        f"{'' if args.no_verify else ' + verification'}) ...",
+        file=sys.stderr,
+    )
+    if shortlist is not None and not shortlist.is_file():
+        print(f"transduce export: shortlist {shortlist} does not exist", file=sys.stderr)
+        return 1
+    try:
+        if int8:
             manifest = _export_int8(args.checkpoint, Path(args.out_dir), config)
         else:
             manifest = export_model(args.checkpoint, args.out_dir, config)

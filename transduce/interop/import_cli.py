@@ -25,9 +25,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Convert and print a one-line JSON summary; errors are one line on stderr and exit status 1."""
-    from transduce.interop.marian import import_marian, report_dict
+    """Convert and print a one-line JSON summary; errors are one line on stderr: exit status 2 for a bad option,
+    1 for a conversion that failed."""
+    from transduce.interop.marian import LANGUAGE_CODE, import_marian, report_dict
 
+    for flag, code in (("--source-lang", args.source_lang), ("--target-lang", args.target_lang)):
+        if code is not None and not LANGUAGE_CODE.fullmatch(code):
+            print(
+                f"transduce import-marian: {flag} {code!r} is not a language code such as en, de or pt-BR",
+                file=sys.stderr,
+            )
+            return 2
     try:
         report = import_marian(
             args.hf_dir,

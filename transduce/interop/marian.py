@@ -155,14 +155,14 @@ def _languages(hf_dir: Path, tok_cfg: dict[str, Any], source: str | None, target
     if not source or not target:
         raise ValueError(f"cannot tell the language pair of {hf_dir}: pass --source-lang and --target-lang")
     for code in (str(source), str(target)):
-        if not _CODE.fullmatch(code):  # ("not a lang" was served as the pair "not a lang->en")
+        if not LANGUAGE_CODE.fullmatch(code):  # ("not a lang" was served as the pair "not a lang->en")
             raise ValueError(
                 f"{code!r} is not a language code such as en, de or pt-BR: pass --source-lang/--target-lang"
             )
     return str(source), str(target)
 
 
-_CODE = re.compile(r"[A-Za-z]{2,8}(?:[_-][A-Za-z0-9]{1,8})*")  # BCP 47's shape (and OPUS-MT's "zh_cn")
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,8}(?:[_-][A-Za-z0-9]{1,8})*")  # BCP 47's shape (and OPUS-MT's "zh_cn")
 
 
 def _import_state(state: dict[str, Tensor], cfg: ModelConfig) -> tuple[dict[str, Tensor], bool]:

@@ -188,15 +188,18 @@ def run(args: argparse.Namespace) -> int:
     from transduce.paths import check_file_target, check_output, replacing_file
     from transduce.shipped import resolve_model_dir
 
-    if (problem := no_repeat_problem(args.no_repeat_ngram_size)) is not None:
-        print(f"transduce eval: --no-repeat-ngram-size {problem}", file=sys.stderr)
+    problem = no_repeat_problem(args.no_repeat_ngram_size)
+    if problem is not None:
+        problem = f"--no-repeat-ngram-size {problem}"
+    elif args.limit is not None and args.limit < 1:
+        problem = f"--limit must be at least 1, got {args.limit}"
+    elif not 1 <= args.beam_size <= MAX_BEAM_SIZE:  # (100,000 grew to 4.5 GB until killed)
+        problem = f"--beam-size must be between 1 (greedy) and {MAX_BEAM_SIZE}, got {args.beam_size}"
+    if problem is not None:  # a bad option: 2, as everywhere (a failed evaluation is 1)
+        print(f"transduce eval: {problem}", file=sys.stderr)
         return 2
     results: list[EvalResult] = []
     try:
-        if args.limit is not None and args.limit < 1:
-            raise ValueError(f"--limit must be at least 1, got {args.limit}")
-        if not 1 <= args.beam_size <= MAX_BEAM_SIZE:  # (100,000 grew to 4.5 GB until killed)
-            raise ValueError(f"--beam-size must be between 1 (greedy) and {MAX_BEAM_SIZE}, got {args.beam_size}")
         if args.json:  # checked before the evaluation, not found unwritable after it
             check_output(args.json, args.tsv, what="--json")
             check_file_target(args.json, what="--json")

@@ -163,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build and write the table; errors are one line on stderr and exit status 1."""
+    """Build and write the table; errors are one line on stderr: exit status 2 for a bad option, else 1."""
     from transduce.export.onnx_export import language_pairs
     from transduce.model.checkpoint import check_checkpoint_path, load_checkpoint
     from transduce.paths import check_file_target, check_output
@@ -171,6 +171,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         config = ShortlistBuildConfig(max_pairs=args.max_pairs, per_piece=args.per_piece, frequent=args.frequent)
+    except ValueError as exc:  # a bad option: 2, as in every command (a table that cannot be built is 1)
+        print(f"transduce shortlist: {exc}", file=sys.stderr)
+        return 2
+    try:
         checkpoint = Path(args.checkpoint)
         check_checkpoint_path(checkpoint)  # before the table's output is checked against it
         out = Path(args.out) if args.out else checkpoint.parent / "shortlist.npz"
