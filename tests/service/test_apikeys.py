@@ -21,7 +21,7 @@ ADMIN = {"X-Admin-Key": "root-key"}
 
 def test_the_key_file_format(tmp_path: Path) -> None:
     path = tmp_path / "keys"
-    path.write_bytes(b"\xef\xbb\xbf# team keys\n\nalpha-1\nbeta-2 600  # the batch job\n  gamma-3\t0\n")
+    path.write_bytes(b"\xef\xbb\xbf# team keys\n\nalpha-1\nbeta-2 600  # the batch job\n  gamma-3\t0\t#x\n")
     assert load_key_file(path) == {"alpha-1": None, "beta-2": 600, "gamma-3": 0}
     for text, problem in (
         ("alpha-1\nbeta-2 600 x\n", "line 2: write KEY, or KEY and its requests a minute"),
@@ -29,6 +29,10 @@ def test_the_key_file_format(tmp_path: Path) -> None:
         ("alpha-1 -5\n", "line 1: the key's limit must be a whole number"),
         (f"alpha-1 {MAX_KEY_LIMIT + 1}\n", "line 1: the key's limit must be a whole number"),
         ("alpha-1\n# x\nalpha-1 5\n", "line 3 repeats the key of line 1"),
+        ("alpha-1 \u00b2\n", "line 1: the key's limit must be a whole number"),  # (isdigit(): int() then raised)
+        (f"alpha-1 {'9' * 5000}\n", "line 1: the key's limit must be a whole number"),
+        ("alpha-1\nZq8#x2-team\n", "line 2: a key has at most 256 characters, none of them '#'"),  # (cut to Zq8)
+        (f"alpha-1\n{'k' * 257}\n", "line 2: a key has at most 256 characters"),  # (a body's api_key takes 256)
         ("# nothing yet\n\n", "lists no key: add keys (one a line), or unset api_keys_file"),
     ):
         path.write_text(text)
@@ -53,6 +57,11 @@ def test_settings_read_the_key_file_and_refuse_a_bad_one(tmp_path: Path) -> None
     path.write_text("a b c\n")
     with pytest.raises(ValidationError, match=r"api_keys_file\n.*line 1: write KEY"):
         IsolatedSettings(api_keys_file=str(path))
+    path.write_text("a \u00b2\n")  # (named neither the file nor the line: "invalid literal for int()")
+    with pytest.raises(ValidationError, match=r"api_keys_file\n.*line 1: the key's limit must be a whole number"):
+        IsolatedSettings(api_keys_file=str(path))
+    with pytest.raises(ValidationError, match="api_keys has a key over 256 characters: no request could send it"):
+        IsolatedSettings(api_keys="ok," + "k" * 257)
 
 
 async def test_each_key_has_its_own_limit_and_a_reload_changes_the_keys(tmp_path: Path) -> None:
@@ -86,6 +95,15 @@ async def test_each_key_has_its_own_limit_and_a_reload_changes_the_keys(tmp_path
         }
         assert [await status(k) for k in ("file-key", "new-key", "env-key")] == [403, 200, 429]
         assert [await status("free-key") for _ in range(2)] == [200, 429]
+        path.write_text("free-key 1\nnew-key\nenv-key 9\n")  # env-key in both: the file's limit
+        assert (await client.post("/admin/reload", headers=ADMIN)).json()["api_keys"] == {
+            "keys": 3,
+            "added": 0,
+            "removed": 0,
+            "limits_changed": 1,
+        }
+        path.write_text("free-key 1\nnew-key\n")  # out of the file, still in api_keys: still accepted, not removed
+        assert (await client.post("/admin/reload", headers=ADMIN)).json()["api_keys"]["removed"] == 0
         path.write_text("new-key\nnew-key\n")  # a broken file: nothing changes
         refused = await client.post("/admin/reload", headers=ADMIN)
         assert refused.status_code == 409 and "line 2 repeats the key of line 1" in refused.json()["error"]
@@ -119,9 +137,9 @@ def test_sighup_reads_the_key_file_again(tiny_model_dir: Path, tmp_path: Path) -
         assert (status("old-key"), status("new-key")) == (403, 200)
         keys.write_text("new-key 5 extra\n")
         proc.send_signal(signal.SIGHUP)
-        wait_for_line(log, "API keys not reloaded")
+        wait_for_line(log, "SIGHUP: nothing reloaded")
         assert proc.poll() is None and status("new-key") == 200  # a bad file: the keys as they were
     text = log.read_text()
     assert f"api keys re-read from {keys}: 1 keys, 1 added, 1 removed, 0 limits_changed" in text
-    assert f"SIGHUP: API keys not reloaded, those read before stay: api_keys_file {keys} line 1" in text
+    assert f"SIGHUP: nothing reloaded, the API keys read before stay: api_keys_file {keys} line 1" in text
     assert "old-key" not in text and "new-key" not in text

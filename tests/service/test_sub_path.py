@@ -46,6 +46,12 @@ def test_behind_a_proxy_that_strips_the_prefix(caplog: pytest.LogCaptureFixture)
         assert link.startswith(f"{url}/mt/download_file/"), link
         got = httpx.get(url + link.removeprefix(f"{url}/mt"))  # as the proxy passes the browser's request on
         assert got.status_code == 200 and got.text
+        unstripped = httpx.get(f"{url}/mt/languages")  # a proxy that passes the prefix on: said so, not a bare 404
+        assert unstripped.status_code == 404 and unstripped.json()["error"] == (
+            "Not Found: this server is served under root_path /mt, which the proxy in front of it strips; this "
+            "request still had it (strip it at the proxy, or unset TRANSDUCE_ROOT_PATH)"
+        )
+        assert httpx.get(f"{url}/nowhere").json() == {"error": "Not Found"}
     paths = [r.__dict__["fields"]["path"] for r in caplog.records if r.name == "transduce.access"]
     assert paths == ["/translate", "/translate_file"], paths
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from transduce.service.ratelimit import RateLimiter, key_client
 log = logging.getLogger("transduce.service")
 
 MAX_KEY_LIMIT = 1_000_000_000  # requests a minute: as req_limit's ceiling
+MAX_KEY_CHARS = 256  # what a request's api_key field takes
+_COMMENT = re.compile(r"(^|\s)#.*")
 KeyLimits = dict[str, int | None]  # key -> its own requests a minute (0: none; None: req_limit's)
 
 
@@ -41,19 +44,20 @@ def load_key_file(path: str | Path) -> KeyLimits:
     keys: KeyLimits = {}
     first_seen: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
-        fields = line.split("#", 1)[0].split()
+        fields = _COMMENT.sub("", line).split()  # a comment starts a line or follows a space: "#" in a key is refused
+        where = f"api_keys_file {path} line {number}"
         if not fields:
             continue
         if len(fields) > 2:
-            raise KeyFileError(
-                f"api_keys_file {path} line {number}: write KEY, or KEY and its requests a minute (a key has no spaces)"
-            )
+            raise KeyFileError(f"{where}: write KEY, or KEY and its requests a minute (a key has no spaces)")
+        if "#" in fields[0] or len(fields[0]) > MAX_KEY_CHARS:  # ("#" cut the key short; a body takes 256 at most)
+            raise KeyFileError(f"{where}: a key has at most {MAX_KEY_CHARS} characters, none of them '#'")
         limit: int | None = None
         if len(fields) == 2:
-            if not fields[1].isdigit() or int(fields[1]) > MAX_KEY_LIMIT:
+            if not re.fullmatch(r"[0-9]{1,10}", fields[1]) or int(fields[1]) > MAX_KEY_LIMIT:  # (isdigit() takes "²")
                 raise KeyFileError(
-                    f"api_keys_file {path} line {number}: the key's limit must be a whole number of requests a minute "
-                    f"from 0 (no limit) to {MAX_KEY_LIMIT}"
+                    f"{where}: the key's limit must be a whole number of requests a minute from 0 (no limit) to "
+                    f"{MAX_KEY_LIMIT}"
                 )
             limit = int(fields[1])
         if fields[0] in first_seen:
@@ -103,15 +107,16 @@ class KeyRing:
         cannot be used. What changed: keys now, added, removed, limits changed."""
         assert self.path is not None, "a key ring without a key file has nothing to reload"
         fresh = load_key_file(self.path)
-        old = self.from_file or {}
-        report = {
-            "keys": len({*self.listed, *fresh}),
-            "added": sum(k not in old for k in fresh),
-            "removed": sum(k not in fresh for k in old),
-            "limits_changed": sum(k in old and old[k] != fresh[k] for k in fresh),
-        }
+        old = self.limits
         self.from_file = fresh
         self.__post_init__()
+        new = self.limits  # counted over the keys accepted: one dropped from the file but in api_keys stays
+        report = {
+            "keys": len(new),
+            "added": sum(k not in old for k in new),
+            "removed": sum(k not in new for k in old),
+            "limits_changed": sum(k in old and old[k] != new[k] for k in new),
+        }
         log.info("api keys re-read from %s: %s", self.path, ", ".join(f"{v} {k}" for k, v in report.items()))
         return report
 

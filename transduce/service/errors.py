@@ -91,8 +91,15 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(499, "client closed the connection")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message, root = str(exc.detail), str(request.scope.get("root_path", ""))
+        if exc.status_code == 404 and root and f"{request.scope.get('path', '')}/".startswith(f"{root}{root}/"):
+            # uvicorn put root_path in front of a path that still had it: the proxy passed the prefix on
+            message = (
+                f"{message}: this server is served under root_path {root}, which the proxy in front of it strips; "
+                f"this request still had it (strip it at the proxy, or unset TRANSDUCE_ROOT_PATH)"
+            )
+        return error_response(exc.status_code, message, dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -136,7 +136,8 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
             log.error("SIGHUP: models not reloaded: %s", exc)
 
     def on_hangup() -> None:
-        sighup_keys(state)
+        if not sighup_keys(state):
+            return
         task = loop.create_task(reload(), name="transduce-reload")
         reloads.add(task)
         task.add_done_callback(reloads.discard)
@@ -149,12 +150,15 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
         log.info("stopped")
 
 
-def sighup_keys(state: AppState) -> None:
-    """SIGHUP: ``reload_keys``, a key file that cannot be used logged (the keys read before stay)."""
+def sighup_keys(state: AppState) -> bool:
+    """SIGHUP: ``reload_keys``; False, logged, when the key file cannot be used (the keys read before stay, and, as
+    at POST /admin/reload, nothing else is reloaded)."""
     try:
         reload_keys(state.keyring, state.limiter)
     except KeyFileError as exc:
-        log.error("SIGHUP: API keys not reloaded, those read before stay: %s", exc)
+        log.error("SIGHUP: nothing reloaded, the API keys read before stay: %s", exc)
+        return False
+    return True
 
 
 @contextmanager

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from transduce.service.apikeys import MAX_KEY_CHARS
+
 MAX_TERM_CHARS = 200
 
 
@@ -66,7 +68,7 @@ class TranslateRequest(BaseModel):
     alternatives: int = Field(
         0, ge=0, strict=True, description="number of alternative translations to return (fewer than beam_size)"
     )
-    api_key: str | None = Field(None, max_length=256, description="API key when the server requires one")
+    api_key: str | None = Field(None, max_length=MAX_KEY_CHARS, description="API key when the server requires one")
     beam_size: int | None = Field(  # at most max_beam_size: checked with the settings, naming it
         None, ge=1, strict=True, description="beam size (1 = greedy); server default if unset"
     )
@@ -114,7 +116,7 @@ class DetectRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"q": "Wie geht es dir?"}]})
 
     q: str | list[str] = Field(description="text whose language to detect (a list is detected as one text)")
-    api_key: str | None = Field(None, max_length=256, description="API key when the server requires one")
+    api_key: str | None = Field(None, max_length=MAX_KEY_CHARS, description="API key when the server requires one")
 
 
 class Language(BaseModel):

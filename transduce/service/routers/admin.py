@@ -66,4 +66,5 @@ async def reload(request: Request, state: StateDep) -> ReloadReport:
     try:
         return ReloadReport(**await state.pool.reload(), api_keys=keys)
     except ModelLoadError as exc:  # e.g. the models directory is gone: the models loaded go on serving
-        raise ApiError(503, f"models not reloaded: {exc}") from None
+        done = " (the API keys were)" if keys is not None else ""
+        raise ApiError(503, f"models not reloaded{done}: {exc}") from None
