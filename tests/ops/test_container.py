@@ -105,6 +105,23 @@ def test_pyproject_base_dependencies_have_no_torch() -> None:
     assert any(d.startswith("onnxruntime-gpu") for d in project["dependencies"])
 
 
+def test_one_onnxruntime_build_installs_on_each_platform_and_has_a_wheel_there() -> None:
+    """onnxruntime-gpu 1.31.1 has wheels for Linux x86_64 and Windows x64 only (pip download, 2026-11-27): `pip install
+    transduce` failed on Linux on ARM (AWS Graviton) and on macOS; there the CPU build (all four platforms) is taken."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtimes = [Requirement(d) for d in project["dependencies"] if d.startswith("onnxruntime")]
+    gpu_wheels = {("linux", "x86_64"), ("win32", "AMD64")}
+    for platform, machine in (("linux", "x86_64"), ("linux", "aarch64"), ("darwin", "arm64"), ("win32", "AMD64")):
+        env = {"sys_platform": platform, "platform_machine": machine}
+        (chosen,) = [r for r in runtimes if r.marker is not None and r.marker.evaluate(env)]
+        assert str(chosen.specifier) == "==1.31.1"
+        assert chosen.name == ("onnxruntime-gpu" if (platform, machine) in gpu_wheels else "onnxruntime"), env
+
+
 def test_compose_reserves_the_gpu_and_has_a_cpu_profile() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     gpu = compose["services"]["transduce"]
