@@ -3,11 +3,12 @@
 FROM python:3.11-slim AS export
 WORKDIR /src
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-# the dependencies from pyproject.toml alone, in a layer of their own: a change to the code reinstalls none of them
-COPY pyproject.toml ./
+# the dependencies from pyproject.toml alone, at the versions CI tested (constraints.txt), in a layer of their own:
+# a change to the code reinstalls none of them
+COPY pyproject.toml constraints.txt ./
 RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print(*p['dependencies'], *p['optional-dependencies']['torch'], sep='\n')" > /tmp/requirements.txt \
-    && pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
+    && pip install --no-cache-dir -r /tmp/requirements.txt -c constraints.txt && rm /tmp/requirements.txt
 COPY README.md LICENSE ./
 COPY transduce ./transduce
 RUN pip install --no-cache-dir --no-deps .
@@ -25,12 +26,12 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 python3
     && python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
 WORKDIR /app
-# the dependencies first (onnxruntime-gpu, fastapi, ...; no extras), from pyproject.toml alone: a code change
-# rebuilds only the layers from the code's COPY on
-COPY pyproject.toml ./
+# the dependencies first (onnxruntime-gpu, fastapi, ...; no extras), from pyproject.toml alone, at the versions CI
+# tested (constraints.txt): a code change rebuilds only the layers from the code's COPY on
+COPY pyproject.toml constraints.txt ./
 RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print(*p['dependencies'], sep='\n')" > /tmp/requirements.txt \
-    && pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
+    && pip install --no-cache-dir -r /tmp/requirements.txt -c constraints.txt && rm /tmp/requirements.txt
 COPY README.md LICENSE ./
 # only what serving imports: the command line, the engine and the service (no model, export or training code);
 # translate_cli.py is the client side (`docker run IMAGE translate --url ...`), torch-free like the rest

@@ -53,7 +53,7 @@ def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
     assert "useradd --create-home --uid " + user in runs  # (with a home, for libraries that want one)
     lines = (ROOT / ".dockerignore").read_text().splitlines()  # the build context: what the COPYs name, no .venv
     ignored = [line for line in lines if line and not line.startswith("#")]
-    assert ignored[:5] == ["*", "!pyproject.toml", "!README.md", "!LICENSE", "!transduce/"]
+    assert ignored[:6] == ["*", "!pyproject.toml", "!constraints.txt", "!README.md", "!LICENSE", "!transduce/"]
     assert "/health/ready" in instructions["HEALTHCHECK"]
     assert instructions["STOPSIGNAL"] == "SIGTERM"
     assert instructions["ENTRYPOINT"] == '["transduce", "serve"]'
@@ -86,7 +86,7 @@ def test_dependencies_are_installed_from_pyproject_before_the_code_is_copied(tmp
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     for stage, wanted in zip(dockerfile_stages(), expected, strict=True):
         copies = [a for i, a in stage if i == "COPY" and not a.startswith("--from=")]
-        assert copies[0] == "pyproject.toml ./", copies  # nothing else before the dependencies' layer
+        assert copies[0] == "pyproject.toml constraints.txt ./", copies  # nothing else before the dependencies' layer
         first_code = stage.index(("COPY", copies[1]))
         (install,) = [(n, a) for n, (i, a) in enumerate(stage) if i == "RUN" and "requirements.txt" in a]
         assert stage.index(("COPY", copies[0])) < install[0] < first_code
@@ -94,7 +94,7 @@ def test_dependencies_are_installed_from_pyproject_before_the_code_is_copied(tmp
         assert command[:2] == ["python3", "-c"]
         listed = subprocess.run([sys.executable, "-c", command[2]], cwd=tmp_path, capture_output=True, text=True)
         assert listed.returncode == 0 and listed.stdout.splitlines() == wanted, listed.stderr
-        assert "pip install --no-cache-dir -r /tmp/requirements.txt" in install[1]
+        assert "pip install --no-cache-dir -r /tmp/requirements.txt -c constraints.txt" in install[1]
 
 
 def test_pyproject_base_dependencies_have_no_torch() -> None:
@@ -103,6 +103,59 @@ def test_pyproject_base_dependencies_have_no_torch() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not any(d.startswith(("torch", "onnx>", "onnx=", "transformers")) for d in project["dependencies"])
     assert any(d.startswith("onnxruntime-gpu") for d in project["dependencies"])
+
+
+CONSTRAINTS = ROOT / "constraints.txt"
+UPDATE_CONSTRAINTS = "TRANSDUCE_UPDATE_CONSTRAINTS"
+UNPINNED = {"transduce", "torch", "setuptools"}  # torch: pyproject pins it (the CPU build's version is 2.13.0+cpu)
+
+
+def image_packages() -> dict[str, str]:
+    """What `pip install .[torch]` installs here (the Docker image's two stages), each at its installed version:
+    the requirements of the base and torch extras, followed through every package's own."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, str] = {}
+    wanted = [Requirement(r) for r in metadata.requires("transduce") or ()]
+    stack = [r for r in wanted if r.marker is None or r.marker.evaluate({"extra": "torch"})]
+    while stack:
+        requirement = stack.pop()
+        name = canonicalize_name(requirement.name)
+        if name in found or name in UNPINNED:
+            continue
+        found[name] = metadata.version(requirement.name)
+        for text in metadata.requires(requirement.name) or ():
+            needed = Requirement(text)
+            extras = requirement.extras or {""}
+            if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in extras):
+                stack.append(needed)
+    return found
+
+
+def test_constraints_pin_what_the_image_installs_as_tested_here() -> None:
+    """The Docker image installs with constraints.txt, and CI (`.ci/run`) does too, so the image runs the versions
+    the suite passed with, not whatever PyPI has on the day it is built. The pins are the installed versions of
+    every package serving and export need; TRANSDUCE_UPDATE_CONSTRAINTS=1 rewrites the file from this environment."""
+    installed = image_packages()
+    pins = {**installed, "onnxruntime": "1.31.1"}  # the CPU build, installed on ARM and macOS instead of -gpu
+    text = CONSTRAINTS.read_text()
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    expected = header + "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+    if os.environ.get(UPDATE_CONSTRAINTS) == "1":
+        CONSTRAINTS.write_text(expected)
+    assert text == expected, f"constraints.txt is not this environment's: {UPDATE_CONSTRAINTS}=1 rewrites it"
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for text_requirement in project["dependencies"] + project["optional-dependencies"]["torch"]:
+        requirement = Requirement(text_requirement)
+        if requirement.name not in UNPINNED:  # each direct dependency pinned, within what pyproject asks
+            assert requirement.specifier.contains(pins[requirement.name], prereleases=True), requirement
 
 
 def test_one_onnxruntime_build_installs_on_each_platform_and_has_a_wheel_there() -> None:
