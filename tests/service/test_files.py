@@ -346,6 +346,23 @@ async def test_a_docx_whose_footnotes_are_broken_is_refused() -> None:
     assert r.status_code == 400
     assert r.json()["error"].startswith("notes.docx is not a readable .docx file: its part /word/footnotes.xml is not")
     assert fake.translated[1:] == []
+    import zipfile
+
+    source, rewritten = zipfile.ZipFile(io.BytesIO(with_footnote(data.getvalue(), "A footnote."))), io.BytesIO()
+    with zipfile.ZipFile(rewritten, "w") as archive:  # a footnotes part whose root is another part's: skipped before
+        for item in source.namelist():
+            content = source.read(item)
+            archive.writestr(
+                item, content.replace(b"w:footnotes", b"w:endnotes") if item.endswith("tes.xml") else content
+            )
+    wrong = rewritten.getvalue()
+    async with serve(fake) as (client, _):
+        r = await upload(client, "notes.docx", wrong)
+    assert (r.status_code, r.json()["error"]) == (
+        400,
+        "notes.docx is not a readable .docx file: its footnotes part /word/footnotes.xml holds <endnotes>, not "
+        "<w:footnotes>",
+    )
 
 
 async def test_a_docx_leaves_alone_what_word_fills_itself() -> None:

@@ -105,9 +105,12 @@ def _stories(name: str, doc: Any) -> tuple[list[tuple[Any, bool]], list[tuple[An
             except etree.XMLSyntaxError as exc:  # (its notes had been left untranslated without a word)
                 problem = f"its part {part.partname} is not well-formed XML ({exc.msg})"
                 raise ApiError(400, f"{name} is not a readable .docx file: {problem}") from None
-            if root.tag == _NOTES[part.content_type]:
-                stories.append((root, False))
-                blobs.append((part, root))
+            if root.tag != _NOTES[part.content_type]:  # (its notes were skipped without a word)
+                kind = _NOTES[part.content_type].removeprefix(W)
+                problem = f"its {kind} part {part.partname} holds <{etree.QName(root).localname}>, not <w:{kind}>"
+                raise ApiError(400, f"{name} is not a readable .docx file: {problem}")
+            stories.append((root, False))
+            blobs.append((part, root))
     return stories, blobs
 
 
