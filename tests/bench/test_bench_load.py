@@ -167,9 +167,14 @@ def test_no_clients_no_requests_or_a_file_for_out_is_one_line(
         (["--threads", "x"], "--threads takes whole numbers >= 1, comma-separated, got 'x'"),
         (["--requests", "0"], "--requests and --rounds must be >= 1, got 0, 3"),
         (["--arrivals", "-1"], "--arrivals takes positive numbers, got '-1'"),
+        (["--threads", "\u00b2"], "--threads takes whole numbers >= 1, comma-separated, got '\u00b2'"),
+        (["--modes", "static,bogus"], "--modes takes modes from step, step-replicas, static, replicas, off, auto, "),
+        (["--modes", ","], "--modes takes modes from"),
+        (["--beam-size", "0"], "--beam-size must be between 1 (greedy) and 64, got 0"),
     ):
         assert main(["bench", "load", *args]) == 2
-        assert capsys.readouterr().err == f"transduce bench: {problem}\n"
+        err = capsys.readouterr().err
+        assert err.startswith(f"transduce bench: {problem}") and err.count("\n") == 1, err
     (tmp_path / "results.txt").write_text("kept\n")
     assert main(["bench", "load", "--out", str(tmp_path / "results.txt")]) == 2
     assert "is a file: name a directory for the results" in capsys.readouterr().err

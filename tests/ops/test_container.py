@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from tests.service.harness import free_port, wait_ready
@@ -138,7 +139,13 @@ def image_packages() -> dict[str, str]:
 def test_constraints_pin_what_the_image_installs_as_tested_here() -> None:
     """The Docker image installs with constraints.txt, and CI (`.ci/run`) does too, so the image runs the versions
     the suite passed with, not whatever PyPI has on the day it is built. The pins are the installed versions of
-    every package serving and export need; TRANSDUCE_UPDATE_CONSTRAINTS=1 rewrites the file from this environment."""
+    every package serving and export need (torch's own dependencies aside: torch comes from PyTorch's index first);
+    TRANSDUCE_UPDATE_CONSTRAINTS=1 rewrites the file from this environment. Linux x86_64 only: the image's platform
+    (elsewhere other packages are installed, onnxruntime for onnxruntime-gpu on macOS say)."""
+    import platform
+
+    if (sys.platform, platform.machine()) != ("linux", "x86_64"):
+        pytest.skip("constraints.txt is the Docker image's, made on Linux x86_64")
     installed = image_packages()
     pins = {**installed, "onnxruntime": "1.31.1"}  # the CPU build, installed on ARM and macOS instead of -gpu
     text = CONSTRAINTS.read_text()
@@ -159,16 +166,22 @@ def test_constraints_pin_what_the_image_installs_as_tested_here() -> None:
 
 
 def test_one_onnxruntime_build_installs_on_each_platform_and_has_a_wheel_there() -> None:
-    """onnxruntime-gpu 1.31.1 has wheels for Linux x86_64 and Windows x64 only (pip download, 2026-11-27): `pip install
-    transduce` failed on Linux on ARM (AWS Graviton) and on macOS; there the CPU build (all four platforms) is taken."""
+    """onnxruntime-gpu 1.31.1 has wheels for Linux x86_64, Linux aarch64 (manylinux_2_34) and Windows x64 only (pip
+    download, 2026-11-27): `pip install transduce` failed on macOS and Windows on ARM; there the CPU build is taken."""
     import tomllib
 
     from packaging.requirements import Requirement
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtimes = [Requirement(d) for d in project["dependencies"] if d.startswith("onnxruntime")]
-    gpu_wheels = {("linux", "x86_64"), ("win32", "AMD64")}
-    for platform, machine in (("linux", "x86_64"), ("linux", "aarch64"), ("darwin", "arm64"), ("win32", "AMD64")):
+    gpu_wheels = {("linux", "x86_64"), ("linux", "aarch64"), ("win32", "AMD64")}
+    for platform, machine in (
+        ("linux", "x86_64"),
+        ("linux", "aarch64"),
+        ("darwin", "arm64"),
+        ("win32", "AMD64"),
+        ("win32", "ARM64"),
+    ):
         env = {"sys_platform": platform, "platform_machine": machine}
         (chosen,) = [r for r in runtimes if r.marker is not None and r.marker.evaluate(env)]
         assert str(chosen.specifier) == "==1.31.1"

@@ -86,6 +86,12 @@ def test_noam_schedule_peaks_at_warmup() -> None:
         ({"d_model": 250, "n_heads": 3}, "n_heads must be >= 1 and divide d_model (250), got 3"),
         ({"max_minutes": float("inf")}, "max_steps and max_minutes must be finite and >= 0"),
         ({"threads": -3}, "threads must be >= 0"),
+        ({"d_model": 0}, "d_model must be >= 1, got 0"),  # (these failed once the tokenizer was trained)
+        ({"max_positions": 0}, "max_positions must be >= 1, got 0"),
+        ({"max_len": 0}, "max_len must be >= 1, got 0"),
+        ({"tokenizer_sample": 0}, "tokenizer_sample must be >= 1, got 0"),  # (SentencePiece's INTERNAL message)
+        ({"lr_scale": float("nan")}, "lr_scale must be a finite number"),  # (it trained on)
+        ({"checkpoint_minutes": float("inf")}, "checkpoint_minutes finite and >= 0"),
     ],
 )
 def test_a_config_that_cannot_train_is_refused_when_built(bad: dict[str, Any], message: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -73,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen benchmark and print its markdown table."""
+    from transduce.bench.load import CHOICES as MODE_CHOICES
+    from transduce.engine.options import MAX_BEAM_SIZE
     from transduce.shipped import DEFAULT_CHECKPOINT, resolve_model_dir
 
     work, out = Path(args.work), Path(args.out)
@@ -82,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
         arrivals = _fractions(args.arrivals)
         if args.requests < 1 or args.rounds < 1:  # (--requests 0 ran, then ended in numpy's IndexError)
             raise ValueError(f"--requests and --rounds must be >= 1, got {args.requests}, {args.rounds}")
+        if not 1 <= args.beam_size <= MAX_BEAM_SIZE:  # (found once the model had loaded)
+            raise ValueError(f"--beam-size must be between 1 (greedy) and {MAX_BEAM_SIZE}, got {args.beam_size}")
+        modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+        if not modes or not set(modes) <= set(MODE_CHOICES):  # (found once the engine alone had been timed)
+            raise ValueError(f"--modes takes modes from {', '.join(MODE_CHOICES)}, comma-separated, got {args.modes!r}")
         if out.exists() and not out.is_dir():  # (found once the whole benchmark had run: "[Errno 17] File exists")
             raise ValueError(f"--out {out} is a file: name a directory for the results")
     except ValueError as exc:
@@ -128,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
                 threads=max(threads),
                 work=work,
                 out_dir=out,
-                modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+                modes=modes,
             )
             print((out / "load.md").read_text())
     except (ValueError, OSError, RuntimeError) as exc:
@@ -141,7 +149,7 @@ def _counts(text: str, flag: str) -> tuple[int, ...]:
     """``--threads`` / ``--concurrency``: comma-separated whole numbers, each at least 1 (0 clients ran, then ended
     in numpy's IndexError; "two" was Python's "invalid literal for int()")."""
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+    if not parts or not all(re.fullmatch(r"[0-9]{1,6}", p) and int(p) >= 1 for p in parts):  # (isdigit() takes "²")
         raise ValueError(f"{flag} takes whole numbers >= 1, comma-separated, got {text!r}")
     return tuple(int(p) for p in parts)
 

@@ -50,8 +50,8 @@ def load_key_file(path: str | Path) -> KeyLimits:
             continue
         if len(fields) > 2:
             raise KeyFileError(f"{where}: write KEY, or KEY and its requests a minute (a key has no spaces)")
-        if "#" in fields[0] or len(fields[0]) > MAX_KEY_CHARS:  # ("#" cut the key short; a body takes 256 at most)
-            raise KeyFileError(f"{where}: a key has at most {MAX_KEY_CHARS} characters, none of them '#'")
+        if "#" in fields[0]:  # (it started a comment, which cut the key short)
+            raise KeyFileError(f"{where}: a key cannot hold '#'")
         limit: int | None = None
         if len(fields) == 2:
             if not re.fullmatch(r"[0-9]{1,10}", fields[1]) or int(fields[1]) > MAX_KEY_LIMIT:  # (isdigit() takes "²")

@@ -20,7 +20,7 @@ from transduce.engine.options import (
     no_repeat_problem,
 )
 from transduce.engine.text import has_letters
-from transduce.service.apikeys import MAX_KEY_CHARS, KeyFileError, KeyLimits, KeyRing, load_key_file
+from transduce.service.apikeys import KeyFileError, KeyLimits, KeyRing, load_key_file
 from transduce.service.glossary import GlossaryFileError, ServerGlossary, load_glossary_file
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#*]+", re.IGNORECASE)  # what a browser's Origin header holds
@@ -165,7 +165,9 @@ class Settings(BaseSettings):
     max_stored_files: int = Field(
         10_000, description="translated files waiting to be downloaded; beyond: 503 + Retry-After; 0 = no limit"
     )
-    files_dir: str | None = Field(None, description="where translated files wait (default: the system's temp dir)")
+    files_dir: str | None = Field(
+        None, description="where translated files wait (default: transduce-files in the system's temp dir)"
+    )
     public_url: str = Field(
         "",
         description="the server's address as clients reach it (behind a proxy: https://translate.example.com/mt), "
@@ -355,8 +357,6 @@ class Settings(BaseSettings):
             )
         if self.api_keys.strip() and not self.listed_keys:
             raise ValueError("api_keys names no key (only commas and spaces): list the keys, or leave it empty")
-        if any(len(key) > MAX_KEY_CHARS for key in self.listed_keys):  # (a request's api_key takes 256 at most)
-            raise ValueError(f"api_keys has a key over {MAX_KEY_CHARS} characters: no request could send it")
         if self.protect_health and not self.keys:
             raise ValueError(
                 "protect_health needs api_keys or api_keys_file: without a key there is nothing to ask /health "

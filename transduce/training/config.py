@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -97,6 +98,15 @@ class TrainConfig:
             raise ValueError(f"n_heads must be >= 1 and divide d_model ({self.d_model}), got {self.n_heads}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = all cores), got {self.threads}")
+        sizes = ("d_model", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_positions", "max_len")
+        for name in (*sizes, "tokenizer_sample"):  # (0 failed after the tokenizer, or inside SentencePiece)
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not (math.isfinite(self.lr_scale) and 0 <= self.checkpoint_minutes < math.inf and self.clip_norm >= 0):
+            raise ValueError(  # (lr_scale nan trained on: "nan <= 0" is false)
+                "lr_scale must be a finite number, checkpoint_minutes finite and >= 0, clip_norm >= 0, got "
+                f"{self.lr_scale}, {self.checkpoint_minutes}, {self.clip_norm}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
