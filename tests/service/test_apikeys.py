@@ -4,6 +4,7 @@ own requests a minute, and keys added, revoked and re-limited by POST /admin/rel
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 from pathlib import Path
 
@@ -140,3 +141,29 @@ def test_sighup_reads_the_key_file_again(tiny_model_dir: Path, tmp_path: Path) -
     assert f"api keys re-read from {keys}: 1 keys, 1 added, 1 removed, 0 limits_changed" in text
     assert f"SIGHUP: nothing reloaded, the API keys read before stay: api_keys_file {keys} line 1" in text
     assert "old-key" not in text and "new-key" not in text
+
+
+@pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")  # (the models' Marian one)
+def test_a_bad_key_file_at_sighup_reloads_no_model(models_dir: Path, tiny_fr_model_dir: Path, tmp_path: Path) -> None:
+    """Several models and a key file: SIGHUP with a key file that cannot be used reloads nothing, as POST
+    /admin/reload does (the models were rescanned anyway); once the file is right again, the next SIGHUP does both."""
+    shutil.rmtree(models_dir / "fr")
+    keys = tmp_path / "keys"
+    keys.write_text("some-key\n")
+    env = serve_env(TRANSDUCE_MODELS=str(models_dir), TRANSDUCE_API_KEYS_FILE=str(keys))
+    log = tmp_path / "serve.log"
+    with serve_process(env, log) as (proc, url):
+
+        def languages() -> set[str]:
+            return {lang["code"] for lang in httpx.get(f"{url}/languages").json()}
+
+        assert "fr" not in languages()
+        shutil.copytree(tiny_fr_model_dir, models_dir / "fr")
+        keys.write_text("some-key 5 extra\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_for_line(log, "SIGHUP: nothing reloaded, the API keys read before stay")
+        assert "fr" not in languages() and "models reloaded" not in log.read_text()
+        keys.write_text("some-key 5\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_for_line(log, "models reloaded: added fr")
+        assert "fr" in languages() and "0 added, 0 removed, 1 limits_changed" in log.read_text()
