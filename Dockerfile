@@ -35,7 +35,8 @@ print(*p['dependencies'], sep='\n')" > /tmp/requirements.txt \
 COPY README.md LICENSE ./
 # only what serving imports: the command line, the engine and the service (no model, export or training code);
 # translate_cli.py is the client side (`docker run IMAGE translate --url ...`), torch-free like the rest
-COPY transduce/__init__.py transduce/__main__.py transduce/cli.py transduce/serve_cli.py transduce/translate_cli.py \
+COPY transduce/__init__.py transduce/__main__.py transduce/cli.py transduce/serve_cli.py transduce/health_cli.py \
+     transduce/translate_cli.py \
      transduce/translate_local.py transduce/translate_remote.py \
      transduce/shipped.py transduce/paths.py transduce/tokenizer.py ./transduce/
 COPY transduce/engine ./transduce/engine
@@ -45,9 +46,9 @@ COPY --from=export /opt/transduce/model /models/default
 USER 10001:10001
 ENV TRANSDUCE_MODEL_DIR=/models/default TRANSDUCE_HOST=0.0.0.0 TRANSDUCE_PORT=5000 TRANSDUCE_DEVICE=auto
 EXPOSE 5000
-# readiness on the port the server listens on, with the first API key (TRANSDUCE_PROTECT_HEALTH asks for one)
-HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-  CMD ["sh", "-c", "key=$(printf %s \"${TRANSDUCE_API_KEYS}\" | tr , \"\\n\" | sed \"s/^ *//;s/ *$//\" | grep -m1 .); curl -fsS ${key:+-H \"Authorization: Bearer $key\"} \"http://127.0.0.1:${TRANSDUCE_PORT:-5000}/health/ready\" || exit 1"]
+# readiness on the port of TRANSDUCE_PORT, with the first API key (of TRANSDUCE_API_KEYS, else of the key file)
+# when TRANSDUCE_PROTECT_HEALTH asks health callers for one; see `transduce health --help`
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 CMD ["transduce", "health"]
 # SIGTERM starts draining: readiness goes 503, accepted requests finish within TRANSDUCE_SHUTDOWN_GRACE_S.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["transduce", "serve"]

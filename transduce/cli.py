@@ -15,6 +15,7 @@ from transduce.shipped import ModelUnavailableError
 # command -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("transduce.serve_cli", "serve a model over HTTP (LibreTranslate-compatible API, web page at /)"),
+    "health": ("transduce.health_cli", "ask a running server whether it is ready (a container's health check)"),
     "translate": ("transduce.translate_cli", "translate files or stdin line by line, with a model dir or a server"),
     "export": ("transduce.export.cli", "export a checkpoint to an ONNX model directory and verify it against PyTorch"),
     "data": (

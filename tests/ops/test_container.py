@@ -55,7 +55,7 @@ def test_dockerfile_is_multi_stage_and_the_runtime_has_no_torch() -> None:
     lines = (ROOT / ".dockerignore").read_text().splitlines()  # the build context: what the COPYs name, no .venv
     ignored = [line for line in lines if line and not line.startswith("#")]
     assert ignored[:6] == ["*", "!pyproject.toml", "!constraints.txt", "!README.md", "!LICENSE", "!transduce/"]
-    assert "/health/ready" in instructions["HEALTHCHECK"]
+    assert instructions["HEALTHCHECK"].endswith('CMD ["transduce", "health"]')  # GET /health/ready (below)
     assert instructions["STOPSIGNAL"] == "SIGTERM"
     assert instructions["ENTRYPOINT"] == '["transduce", "serve"]'
     assert any(i == "COPY" and a.startswith("--from=export") for i, a in runtime)
@@ -203,7 +203,7 @@ def test_compose_reserves_the_gpu_and_has_a_cpu_profile() -> None:
         assert service["env_file"] == [{"path": ".env", "required": False}] and service["init"] is True
         assert (service["environment"]["TRANSDUCE_HOST"], service["environment"]["TRANSDUCE_PORT"]) == ("0.0.0.0", 5000)
         assert service["build"]["args"]["INT8_WEIGHT_BITS"] == "${TRANSDUCE_INT8_WEIGHT_BITS:-7}"
-        assert "/health/ready" in " ".join(service["healthcheck"]["test"])
+        assert service["healthcheck"]["test"] == ["CMD", "transduce", "health"]
         assert service["restart"] == "unless-stopped"
         assert int(service["stop_grace_period"].rstrip("s")) > 30  # longer than the default drain grace
         assert all(key.startswith("TRANSDUCE_") for key in service["environment"])
@@ -267,29 +267,38 @@ def test_the_image_command_serves_the_exported_model(tiny_model_dir: Path, tmp_p
     assert out.decode().splitlines()[0] == str(tmp_path / "app" / "transduce" / "cli.py")  # the copy ran, not ROOT
 
 
-def test_the_healthchecks_reach_a_server_that_asks_health_callers_for_a_key() -> None:
-    """The health checks asked http://127.0.0.1:5000/health/ready without a key: with TRANSDUCE_PROTECT_HEALTH the
-    container was never healthy, and on another TRANSDUCE_PORT neither. They now send the first key on the port set."""
-    import asyncio
-
-    from tests.service.harness import FakeTranslator, serve
+def test_the_healthchecks_reach_a_server_that_asks_health_callers_for_a_key(tmp_path: Path) -> None:
+    """The image's and compose's health checks are `transduce health`, run here from a copy of the image's code: it
+    asks /health/ready on TRANSDUCE_PORT with the first key of TRANSDUCE_API_KEYS, else of the key file (a shell
+    check with curl read no key file, so under TRANSDUCE_PROTECT_HEALTH with only a key file it never passed)."""
+    from tests.service.harness import FakeTranslator, live_server
 
     docker = json.loads(dict(dockerfile_stages()[1])["HEALTHCHECK"].split(" CMD ", 1)[1])
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    checks = [docker[2]] + [s["healthcheck"]["test"][1].replace("$$", "$") for s in compose["services"].values()]
-    stub = 'curl() { for a in "$@"; do printf "%s\\n" "$a"; done; }; '  # its arguments, for httpx (no curl needed)
+    assert docker == ["transduce", "health"]
+    assert all(s["healthcheck"]["test"] == ["CMD", *docker] for s in compose["services"].values())
+    app = runtime_tree(tmp_path / "app")
+    keys = tmp_path / "keys"
+    keys.write_text("# the team's\nfile-key 10\n")
 
-    async def answers() -> list[tuple[str, int]]:
-        out = []
-        async with serve(FakeTranslator(), api_keys=" , my key ,k2", protect_health=True) as (client, _):
-            for check in checks:
-                for keys in (" , my key ,k2", ""):
-                    env = {**os.environ, "TRANSDUCE_API_KEYS": keys, "TRANSDUCE_PORT": "5123"}
-                    argv = subprocess.run(["sh", "-c", stub + check], env=env, capture_output=True, text=True)
-                    args = argv.stdout.splitlines()
-                    assert args[-1] == "http://127.0.0.1:5123/health/ready", args
-                    headers = dict([args[args.index("-H") + 1].split(": ", 1)]) if "-H" in args else {}
-                    out.append((keys, (await client.get("/health/ready", headers=headers)).status_code))
-        return out
+    def health(*args: str, **variables: str) -> tuple[int, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSDUCE_")}
+        env.update(PYTHONPATH=str(app), **variables)
+        code = "import sys, transduce.cli; sys.exit(transduce.cli.main())"
+        done = subprocess.run([sys.executable, "-c", code, *docker[1:], *args], env=env, capture_output=True, text=True)
+        return done.returncode, done.stderr
 
-    assert asyncio.run(answers()) == [(" , my key ,k2", 200), ("", 401)] * 3
+    with live_server(FakeTranslator(), api_keys="k1", api_keys_file=str(keys), protect_health=True) as url:
+        port = url.rsplit(":", 1)[1]
+        assert health(TRANSDUCE_PORT=port, TRANSDUCE_API_KEYS=" , k1 ,k2") == (0, "")
+        assert health(TRANSDUCE_PORT=port, TRANSDUCE_API_KEYS_FILE=str(keys)) == (0, "")  # the file's first key
+        assert health(TRANSDUCE_PORT=port, TRANSDUCE_HOST="0.0.0.0", TRANSDUCE_API_KEYS="k1")[0] == 0
+        status, err = health(TRANSDUCE_PORT=port)  # no key: 401
+        assert status == 1 and err == f"transduce health: {url}/health/ready answered 401: " + (
+            "an API key is required: pass api_key in the body or 'Authorization: Bearer KEY'\n"
+        )
+        assert health("--url", url, TRANSDUCE_PORT="1", TRANSDUCE_API_KEYS="k1") == (0, "")  # serve --port elsewhere
+    status, err = health(TRANSDUCE_PORT=port, TRANSDUCE_API_KEYS="k1")  # the server is gone
+    assert status == 1 and err.startswith(f"transduce health: cannot reach {url}/health/ready: ")
+    status, err = health(TRANSDUCE_PORT="abc")
+    assert status == 2 and err.startswith("transduce health: the server's settings are invalid: ")

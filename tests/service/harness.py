@@ -288,12 +288,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_ready(url: str, timeout_s: float = 30.0) -> None:
+def wait_ready(url: str, timeout_s: float = 30.0, headers: dict[str, str] | None = None) -> None:
     """Poll GET /health/ready until it answers 200; RuntimeError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/health/ready", timeout=1, headers=headers).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -317,8 +317,9 @@ def live_server(
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}{sub_path}"
+    keys = app.state.transduce.settings.keys if not sub_path else frozenset()
     try:
-        wait_ready(url)
+        wait_ready(url, headers={"Authorization": f"Bearer {min(keys)}"} if keys else None)  # (PROTECT_HEALTH)
         yield url
     finally:
         if gate is not None:

@@ -1,0 +1,58 @@
+"""``transduce health``: whether the server of these settings is ready (``GET /health/ready``), for a container's
+health check: exit 0 when it is, 1 with one line saying why when not, 2 when the settings themselves are bad. It
+reads what the server reads (``TRANSDUCE_*`` variables and ``.env``): the port, and the first API key of
+``TRANSDUCE_API_KEYS`` or else of ``TRANSDUCE_API_KEYS_FILE``, which ``TRANSDUCE_PROTECT_HEALTH`` asks health
+callers for. A server started with ``serve --port`` instead of ``TRANSDUCE_PORT`` is asked with ``--url``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the health command."""
+    parser.add_argument(
+        "--url", default=None, help="the server's address (default: http://127.0.0.1:TRANSDUCE_PORT, the settings')"
+    )
+    parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for the answer (default 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Ask /health/ready once; 0 when it answers 200."""
+    import logging
+
+    import httpx
+    from pydantic import ValidationError
+
+    from transduce.service.config import Settings
+
+    if not 0 < args.timeout < float("inf"):
+        print(f"transduce health: --timeout must be a number of seconds > 0, got {args.timeout}", file=sys.stderr)
+        return 2
+    try:
+        settings = Settings()
+    except (ValidationError, UnicodeDecodeError) as exc:
+        problem = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else f".env is not UTF-8 text ({exc})"
+        print(f"transduce health: the server's settings are invalid: {problem}", file=sys.stderr)
+        return 2
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.host, settings.host)  # (every address: loopback)
+    host = f"[{host}]" if ":" in host else host
+    url = (args.url or f"http://{host}:{settings.port}").rstrip("/") + "/health/ready"
+    listed = [key.strip() for key in settings.api_keys.split(",") if key.strip()]
+    keys = listed or list(settings.key_ring().limits)
+    headers = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per request: a health check runs every 10 s)
+    try:
+        response = httpx.get(url, headers=headers, timeout=args.timeout)
+    except httpx.HTTPError as exc:
+        print(f"transduce health: cannot reach {url}: {type(exc).__name__}", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        try:
+            reason = response.json().get("error") or response.json().get("status")
+        except ValueError:
+            reason = response.text[:200]
+        print(f"transduce health: {url} answered {response.status_code}: {reason}", file=sys.stderr)
+        return 1
+    return 0
