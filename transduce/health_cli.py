@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import httpx
     from pydantic import ValidationError
 
+    from transduce.serve_cli import settings_problem
     from transduce.service.config import Settings
 
     if not 0 < args.timeout < float("inf"):
@@ -33,14 +34,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings()
     except (ValidationError, UnicodeDecodeError) as exc:
-        problem = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else f".env is not UTF-8 text ({exc})"
-        print(f"transduce health: the server's settings are invalid: {problem}", file=sys.stderr)
+        print(f"transduce health: the server's settings are invalid: {settings_problem(exc)}", file=sys.stderr)
         return 2
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(settings.host, settings.host)  # (every address: loopback)
     host = f"[{host}]" if ":" in host else host
     url = (args.url or f"http://{host}:{settings.port}").rstrip("/") + "/health/ready"
-    listed = [key.strip() for key in settings.api_keys.split(",") if key.strip()]
-    keys = listed or list(settings.key_ring().limits)
+    keys = list(settings.key_ring().limits)  # api_keys' in the order written, then the key file's
     headers = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
     logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per request: a health check runs every 10 s)
     try:

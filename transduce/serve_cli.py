@@ -15,6 +15,7 @@ WRITE_MARGIN_S = 5.0  # uvicorn's wait beyond the drain's grace: time to write t
 
 if TYPE_CHECKING:
     import uvicorn
+    from pydantic import ValidationError
     from starlette.types import ASGIApp
 
     from transduce.service.config import Settings
@@ -121,6 +122,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
+def settings_problem(exc: ValidationError | UnicodeDecodeError) -> str:
+    """The one line saying why the settings could not be read: a ValidationError's first error, or a .env file that
+    is not UTF-8 (pydantic-settings reads it as UTF-8: a traceback)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{os.path.abspath('.env')} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8"
+    first = exc.errors()[0]
+    where = ".".join(map(str, first["loc"])) or "combination"
+    message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix of a validator's own message
+    return f"invalid setting {where}: {message}"
+
+
 def server_config(app: ASGIApp, settings: Settings, max_connections: int | None = None) -> uvicorn.Config:
     """uvicorn's configuration for ``app``: our logging, the drain grace and the connection limits of ``settings``
     (``max_connections`` overrides the setting: what fits the file-descriptor limit)."""
@@ -159,18 +171,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = settings_from_args(args)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "combination"
-        message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix of a validator's own message
-        print(f"transduce serve: invalid setting {where}: {message}", file=sys.stderr)
-        return 2
-    except UnicodeDecodeError as exc:  # (pydantic-settings reads the .env file as UTF-8: a traceback)
-        print(
-            f"transduce serve: {os.path.abspath('.env')} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
-            "save it as UTF-8",
-            file=sys.stderr,
-        )
+    except (ValidationError, UnicodeDecodeError) as exc:
+        print(f"transduce serve: {settings_problem(exc)}", file=sys.stderr)
         return 2
     try:
         sock = bind_socket(settings.host, settings.port)

@@ -53,7 +53,7 @@ def test_settings_read_the_key_file_and_refuse_a_bad_one(tmp_path: Path) -> None
     assert settings.keys == {"listed", "from-file"}
     ring = settings.key_ring()
     assert (len(ring), ring.limit("from-file"), ring.limit("listed"), ring.match("listed")) == (2, 5, None, "listed")
-    assert ring.match("listed ") is None and not KeyRing(frozenset())
+    assert ring.match("listed ") is None and not KeyRing(())
     path.write_text("a b c\n")
     with pytest.raises(ValidationError, match=r"api_keys_file\n.*line 1: write KEY"):
         IsolatedSettings(api_keys_file=str(path))

@@ -76,12 +76,15 @@ class KeyRing:
     """The keys a server accepts now: ``listed`` (api_keys, fixed) and the key file's (``path``; re-read by
     ``reload``), with each one's own limit; a key in both takes the file's limit."""
 
-    listed: frozenset[str]
+    listed: tuple[str, ...]
     path: str | None = None
     from_file: KeyLimits | None = None
 
     def __post_init__(self) -> None:
-        self.limits: KeyLimits = {**dict.fromkeys(self.listed), **(self.from_file or {})}
+        self.limits = self._merged(self.from_file)
+
+    def _merged(self, from_file: KeyLimits | None) -> KeyLimits:
+        return {**dict.fromkeys(self.listed), **(from_file or {})}
 
     def __bool__(self) -> bool:
         """Whether a key is required (any key is configured)."""
@@ -107,10 +110,8 @@ class KeyRing:
         cannot be used. What changed: keys now, added, removed, limits changed."""
         assert self.path is not None, "a key ring without a key file has nothing to reload"
         fresh = load_key_file(self.path)
-        old = self.limits
-        self.from_file = fresh
-        self.__post_init__()
-        new = self.limits  # counted over the keys accepted: one dropped from the file but in api_keys stays
+        old, new = self.limits, self._merged(fresh)  # counted over the keys accepted: one in api_keys too stays
+        self.from_file, self.limits = fresh, new
         report = {
             "keys": len(new),
             "added": sum(k not in old for k in new),

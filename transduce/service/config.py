@@ -389,14 +389,14 @@ class Settings(BaseSettings):
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     @property
-    def listed_keys(self) -> frozenset[str]:
-        """The keys of api_keys."""
-        return frozenset(k.strip() for k in self.api_keys.split(",") if k.strip())
+    def listed_keys(self) -> tuple[str, ...]:
+        """The keys of api_keys, in the order written (the health check sends the first)."""
+        return tuple(dict.fromkeys(k.strip() for k in self.api_keys.split(",") if k.strip()))
 
     @property
     def keys(self) -> frozenset[str]:
         """The API keys configured at start: api_keys' and the key file's (the server's ``KeyRing`` has them now)."""
-        return self.listed_keys | set(self._file_keys)
+        return frozenset(self.key_ring().limits)
 
     def key_ring(self) -> KeyRing:
         """The keys as the server starts with them; ``KeyRing.reload`` reads the key file again."""

@@ -37,5 +37,5 @@ class AppState:
     stop_task: asyncio.Future[None] | None = None
     fatal: str | None = None  # start-up found nothing to serve (every model failed): `transduce serve` exits with it
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(0))  # req_limit per client
-    keyring: KeyRing = field(default_factory=lambda: KeyRing(frozenset()))  # the API keys accepted now
+    keyring: KeyRing = field(default_factory=lambda: KeyRing(()))  # the API keys accepted now
     file_jobs: int = 0  # POST /translate_file uploads being parsed or translated now (max_file_jobs)
