@@ -37,14 +37,17 @@ def torch_threads(n: int) -> Iterator[None]:
 def no_shared_thread_pool() -> Iterator[None]:
     """Engines the tests open in this process (the service's, the command line's) keep pools of their own: once
     onnxruntime's process-wide pool is made it refuses every session with a pool of its own, which the tests' plain
-    sessions have. The shared pool is tested in subprocesses (tests/engine/test_translator.py)."""
+    sessions have. The shared pool and arena are tested in subprocesses (tests/engine/test_translator.py,
+    tests/engine/test_arena.py)."""
     from transduce.engine import session
+    from transduce.engine.arena import SharedArena
 
     real, session.PROCESS_POOL = session.PROCESS_POOL, session.SharedPool(None)
+    real_arena, session.PROCESS_ARENA = session.PROCESS_ARENA, SharedArena(None)  # the same for the shared arena
     try:
         yield
     finally:
-        session.PROCESS_POOL = real
+        session.PROCESS_POOL, session.PROCESS_ARENA = real, real_arena
 
 
 @pytest.fixture(scope="module")

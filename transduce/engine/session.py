@@ -14,6 +14,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from transduce.engine import io_names as names
+from transduce.engine.arena import PROCESS_ARENA, SharedArena
 from transduce.engine.denormals import SESSION_CONFIG_KEY, open_session
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.heap import give_memory_back, keep_step_arrays_on_heap
@@ -150,7 +151,12 @@ PROCESS_POOL = SharedPool(_make_global_pool)
 
 
 def session_options(
-    intra_threads: int, inter_threads: int, *, spin: bool = True, pool: SharedPool | None = None
+    intra_threads: int,
+    inter_threads: int,
+    *,
+    spin: bool = True,
+    pool: SharedPool | None = None,
+    arena: SharedArena | None = None,
 ) -> ort.SessionOptions:
     """Full graph optimisation, on the process's shared thread pool once it is made (``SharedPool``), else on a pool
     of the session's own sized to the cores this process may use (``pool``: another pool than the process's).
@@ -158,8 +164,13 @@ def session_options(
     ``spin=False`` is for a session with a pool of its own that runs once per batch (the encoder): an idle pool's
     threads spin for a while after every run, which steals the cores the decoder steps right after it need
     (measured with ``transduce bench engines``: greedy decoding at batch 1 ran at less than half speed). The shared
-    pool always spins: its threads are the decoder's."""
+    pool always spins: its threads are the decoder's.
+
+    ``arena``: allocate from that shared CPU arena once it is made (``transduce.engine.arena``), else from the
+    session's own."""
     opts = ort.SessionOptions()
+    if arena is not None:
+        arena.apply(opts)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
@@ -200,6 +211,7 @@ def open_runner(
     shortlist_config: ShortlistConfig | None = None,
     loaded_shortlist: Shortlist | None = None,
     shared_pool: bool = False,
+    shared_arena: bool = False,
 ) -> DecoderRunner:
     """Open the encoder and decoder sessions on ``device``; an IO-binding runner on CUDA, a numpy runner on CPU.
 
@@ -209,22 +221,25 @@ def open_runner(
     ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
     (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
     model's shortlist, already loaded by another runner (replicas share one instead of a copy each). ``shared_pool``:
-    make the process's shared thread pool (``SharedPool``) of ``intra_threads`` if it is not made yet."""
+    make the process's shared thread pool (``SharedPool``) of ``intra_threads`` if it is not made yet.
+    ``shared_arena``: CPU sessions allocate from the process's one CPU arena (``transduce.engine.arena``), made if
+    it is not yet; CUDA sessions never do."""
     providers = model_providers(manifest, device)
     keep_step_arrays_on_heap()
     if shared_pool:
         PROCESS_POOL.make(intra_threads if intra_threads > 0 else usable_cores())
-    options = session_options(intra_threads, inter_threads)
+    arena = PROCESS_ARENA if shared_arena and CUDA not in providers and PROCESS_ARENA.make() else None
+    options = session_options(intra_threads, inter_threads, arena=arena)
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
     try:
-        encoder_options = session_options(intra_threads, inter_threads, spin=False)
+        encoder_options = session_options(intra_threads, inter_threads, spin=False, arena=arena)
         encoder = open_session(str(manifest.path("encoder")), encoder_options, providers)
         cpu_decoder = "cpu_decoder" if "cpu_decoder" in manifest.raw and CUDA not in providers else "decoder"
         graph = manifest.path("shortlist_decoder" if use_shortlist else cpu_decoder)
         decoder = open_session(str(graph), options, providers)
         # the search's top-k on the CPU, on the shared pool (asking for its size: no "asked for" line in the log) or
         # else on the calling thread alone (a pool of its own would sleep between runs and be slow to wake)
-        select_top_k = SessionTopK(session_options(PROCESS_POOL.size or 1, 1, spin=False))
+        select_top_k = SessionTopK(session_options(PROCESS_POOL.size or 1, 1, spin=False, arena=arena))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
     sessions = OrtSessions(manifest, encoder, decoder, providers, options, top_k=select_top_k)
@@ -247,6 +262,13 @@ def open_runner(
             log.warning("CUDA was requested but is not usable; falling back to CPU")
     log.info("onnxruntime sessions ready on %s", sessions.provider)
     return IOBindingRunner(sessions) if sessions.provider == CUDA else NumpyRunner(sessions)
+
+
+def release_memory() -> None:
+    """Hand the system back what unloaded engines freed: the shared arena's unused regions (``SharedArena.shrink``),
+    then glibc's freed memory (``give_memory_back``)."""
+    PROCESS_ARENA.shrink(lambda: session_options(1, 1, spin=False))
+    give_memory_back()
 
 
 def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None, *, quantized: bool = False) -> Shortlist:

@@ -118,7 +118,8 @@ class Translator:
         engine's thread count unless an engine made it before (``transduce.engine.session.SharedPool``: 1.04-1.10x
         on 2 threads). Replicas decode at the same time, each on threads of its own, so an engine of several makes
         no pool, and neither does an engine on CUDA. Once the pool is made, every engine of the process runs on it,
-        whatever it asks for."""
+        whatever it asks for. ``shared_pool`` also has the engine's CPU sessions allocate from the process's one
+        CPU arena (``transduce.engine.arena``), replicas included."""
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ValueError(f"replicas must be a positive integer or 0 (auto), got {replicas!r}")
         self.manifest = load_manifest(model_dir)
@@ -154,6 +155,7 @@ class Translator:
                 shortlist_config=shortlist_config,
                 loaded_shortlist=loaded,
                 shared_pool=pooled,
+                shared_arena=shared_pool,
             )
 
         # the plan for where the model is meant to run, then for where its first replica really runs: CUDA offered

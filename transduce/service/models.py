@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, ModelLoadError
-from transduce.engine.heap import give_memory_back
+from transduce.engine.session import release_memory
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.model_entry import (
@@ -218,6 +218,9 @@ class ModelPool:
                 self._enforce_budget(self._measured.get(spec.fingerprint) or graphs_bytes(spec), keep=entry)
                 if self._tasks:  # what unloaded models free is given back before this load is measured
                     await asyncio.wait(self._tasks)
+                # and what the shared arena holds free (freed by other models' batches), which the new model's
+                # weights would otherwise fill without the process growing
+                await asyncio.to_thread(release_memory)
                 started, before = time.monotonic(), resident_bytes()
                 translator = await asyncio.to_thread(self.loader, spec.path, self.settings)
                 pipeline = TranslationPipeline(translator, self.settings, self.metrics, self.window)
@@ -301,7 +304,7 @@ class ModelPool:
     async def _stop(self, pipeline: TranslationPipeline) -> None:
         await pipeline.queue.stop(drain=True, timeout=self.settings.shutdown_grace_s)
         del pipeline
-        await asyncio.to_thread(give_memory_back)
+        await asyncio.to_thread(release_memory)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
