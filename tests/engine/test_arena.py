@@ -46,15 +46,15 @@ def test_the_arena_is_registered_once_and_then_applied(caplog: pytest.LogCapture
 
 def test_engines_that_ask_share_one_arena_and_translate_the_same(tiny_model_dir: Path) -> None:
     """In a fresh process, as the service and the command line open engines: every CPU session of an engine opened
-    with ``shared_pool`` (replicas included) allocates from the shared arena, an engine that does not ask keeps
-    arenas of its own, and all translate the same, greedy and beam."""
+    with ``shared_pool`` (replicas with sessions of their own included) allocates from the shared arena, an engine
+    that does not ask keeps arenas of its own, and all translate the same, greedy and beam."""
     script = f"""
 import json
 from transduce.engine.options import DecodeOptions
 from transduce.engine.translator import Translator
 model, key = {str(tiny_model_dir)!r}, {USE_ENV_ALLOCATORS!r}
 engines = [Translator(model, device="cpu", intra_threads=1)]
-engines.append(Translator(model, device="cpu", intra_threads=1, replicas=2, shared_pool=True))
+engines.append(Translator(model, device="cpu", intra_threads=2, replicas=2, shared_pool=True))  # sessions each
 engines.append(Translator(model, device="cpu", intra_threads=1, shared_pool=True))
 engines.append(Translator(model, device="cpu", intra_threads=1))
 def uses(options):
@@ -109,3 +109,27 @@ print(json.dumps([opened, used, dropped, rss()]))
     assert used - opened > 40, (opened, used)  # the arena grew
     assert dropped - released > 30, (dropped, released)  # kept until it is shrunk, then given back
     assert released < opened + 10
+
+
+def test_a_failed_shrink_is_logged_and_glibc_still_gives_memory_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``release_memory`` is a clean-up after an unload and before a load: a shrink that fails must not fail them."""
+    from transduce.engine import session
+
+    arena = SharedArena(lambda: None)
+    assert arena.make()
+
+    def broken(options: object) -> None:
+        raise RuntimeError("cannot open the shrink session")
+
+    given: list[int] = []
+    monkeypatch.setattr(arena, "shrink", broken)
+    monkeypatch.setattr(session, "PROCESS_ARENA", arena)
+    monkeypatch.setattr(session, "give_memory_back", lambda: given.append(1))
+    with caplog.at_level(logging.WARNING, logger="transduce.engine"):
+        session.release_memory()
+    assert given == [1]
+    assert [r.getMessage() for r in caplog.records] == [
+        "onnxruntime's shared CPU arena could not be shrunk: cannot open the shrink session"
+    ]

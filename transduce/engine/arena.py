@@ -25,10 +25,11 @@ class SharedArena:
     int8 (e.g. 261 -> 237 MB), at the same speed; 2 MB lower at batch 1.
 
     The arena grows by powers of two, as a session's own does (growing by the size asked for fragmented it: peak
-    memory up 21-115 %), and keeps what it grew to until it is shrunk: ``transduce.engine.session.release_memory``
-    does after a model is unloaded and before one is loaded. Registered once per process; opt-in (``open_runner(...,
-    shared_arena=True)``, which the service, the command line and the benches ask for through ``shared_pool``), CPU
-    sessions only: CUDA engines keep onnxruntime's default host allocator."""
+    memory 32-140 % above the shared arena's), and keeps what it grew to until it is shrunk, which
+    ``transduce.engine.session.release_memory`` does after a model is unloaded and before one is loaded. Registered
+    once per process; opt-in (``open_runner(..., shared_arena=True)``, which the service, the command line and the
+    benches ask for through ``shared_pool``), CPU sessions only: CUDA engines keep onnxruntime's default host
+    allocator, and so do sessions opened for CUDA that fell back to the CPU."""
 
     def __init__(self, register: Callable[[], None] | None) -> None:
         self._register = register  # None: never registered (the test suite's in-process engines)

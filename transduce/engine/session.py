@@ -267,7 +267,10 @@ def open_runner(
 def release_memory() -> None:
     """Hand the system back what unloaded engines freed: the shared arena's unused regions (``SharedArena.shrink``),
     then glibc's freed memory (``give_memory_back``)."""
-    PROCESS_ARENA.shrink(lambda: session_options(1, 1, spin=False))
+    try:  # (asking for the shared pool's size: no "an engine asked for" line in the log)
+        PROCESS_ARENA.shrink(lambda: session_options(PROCESS_POOL.size or 1, 1, spin=False))
+    except Exception as exc:  # noqa: BLE001 - a clean-up: a model load or unload must not fail on it
+        log.warning("onnxruntime's shared CPU arena could not be shrunk: %s", exc)
     give_memory_back()
 
 

@@ -218,8 +218,8 @@ class ModelPool:
                 self._enforce_budget(self._measured.get(spec.fingerprint) or graphs_bytes(spec), keep=entry)
                 if self._tasks:  # what unloaded models free is given back before this load is measured
                     await asyncio.wait(self._tasks)
-                # and what the shared arena holds free (freed by other models' batches), which the new model's
-                # weights would otherwise fill without the process growing
+                # and what the shared arena holds free (freed by other models' batches), which the canary's
+                # working memory would otherwise reuse without the process growing
                 await asyncio.to_thread(release_memory)
                 started, before = time.monotonic(), resident_bytes()
                 translator = await asyncio.to_thread(self.loader, spec.path, self.settings)
