@@ -42,7 +42,8 @@ from transduce.service.main import create_app
 from transduce.service.models import ModelLoader
 
 EN_DE = {"source": "en", "target": "de"}
-TEST_DEFAULTS: dict[str, Any] = {"log_json": False, "max_wait_ms": 1.0}  # plain logs; batches form without delay
+# plain logs; batches form without delay; no idle release unless a test asks (tests/service/test_idle_release.py)
+TEST_DEFAULTS: dict[str, Any] = {"log_json": False, "max_wait_ms": 1.0, "idle_release_s": 0}
 GATE_TIMEOUT_S = 20.0  # a held translate call gives up (and fails its batch) after this long
 
 

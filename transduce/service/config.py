@@ -183,6 +183,11 @@ class Settings(BaseSettings):
     )
     # connections (transduce serve): idle and slow clients are closed, so they cannot use up the file descriptors
     keep_alive_timeout_s: int = Field(5, description="seconds an idle keep-alive connection stays open")
+    idle_release_s: float = Field(
+        30.0,
+        description="seconds without translate or detect requests after which the memory the engines freed is "
+        "handed back to the system, once per idle spell; 0 = never",
+    )
     request_read_timeout_s: float = Field(
         10.0, description="seconds a client has to send a request's headers, and again its body; beyond: closed / 408"
     )
@@ -262,6 +267,7 @@ class Settings(BaseSettings):
         "max_stored_bytes",
         "max_stored_files",
         "req_limit",
+        "idle_release_s",
     )
     @classmethod
     def _not_negative(cls, value: float) -> float:

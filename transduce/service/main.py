@@ -24,6 +24,7 @@ from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.errors import install_error_handlers
 from transduce.service.filestore import FileStore
+from transduce.service.idle import release_when_idle
 from transduce.service.middleware import HeadAsGetMiddleware, JsonCORSMiddleware, RequestContextMiddleware
 from transduce.service.model_metrics import ModelMetrics
 from transduce.service.models import ModelLoader, ModelPool
@@ -66,11 +67,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: AppState = app.state.transduce
     serving = _serve_models(state) if state.pool is not None else _serve_model(state)
     async with serving:
-        janitor = asyncio.create_task(_purge_files(state), name="transduce-files-janitor")
+        tasks = [asyncio.create_task(_purge_files(state), name="transduce-files-janitor")]
+        if state.settings.idle_release_s > 0:
+            tasks.append(asyncio.create_task(release_when_idle(state), name="transduce-idle-release"))
         try:
             yield
         finally:
-            janitor.cancel()
+            for task in tasks:
+                task.cancel()
 
 
 @asynccontextmanager

@@ -72,6 +72,10 @@ class RequestContextMiddleware:
         started = time.monotonic()
         status = 500
         response_started = False
+        translating = route_path(scope) in _LOGGED_PATHS
+        if translating:  # (the idle release waits for these to end)
+            self.state.translating += 1
+            self.state.translations += 1
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, response_started
@@ -93,7 +97,9 @@ class RequestContextMiddleware:
             await send_with_id({"type": "http.response.start", "status": 500, "headers": error_headers})
             await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
-            if route_path(scope) in _LOGGED_PATHS:
+            if translating:
+                self.state.translating -= 1
+                self.state.last_translation = time.monotonic()
                 self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
 
     def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:

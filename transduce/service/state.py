@@ -39,3 +39,7 @@ class AppState:
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(0))  # req_limit per client
     keyring: KeyRing = field(default_factory=lambda: KeyRing(()))  # the API keys accepted now
     file_jobs: int = 0  # POST /translate_file uploads being parsed or translated now (max_file_jobs)
+    # translate and detect requests (transduce.service.idle): in work now, begun since start-up, when the last ended
+    translating: int = 0
+    translations: int = 0
+    last_translation: float = 0.0
