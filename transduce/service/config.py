@@ -185,8 +185,8 @@ class Settings(BaseSettings):
     keep_alive_timeout_s: int = Field(5, description="seconds an idle keep-alive connection stays open")
     idle_release_s: float = Field(
         30.0,
-        description="seconds without translate or detect requests after which the memory the engines freed is "
-        "handed back to the system, once per idle spell; 0 = never",
+        description="seconds without translate, file or detect requests in work or models loading, after which the "
+        "memory the engines freed is handed back to the system, once per idle spell; 0 = never",
     )
     request_read_timeout_s: float = Field(
         10.0, description="seconds a client has to send a request's headers, and again its body; beyond: closed / 408"

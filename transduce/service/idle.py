@@ -16,25 +16,33 @@ MAX_TICK_S = 5.0  # how often the idle check looks at most: a release comes at m
 
 
 async def release_when_idle(state: AppState, release: Callable[[], None] | None = None) -> None:
-    """Forever (a lifespan task): once no translate or detect request has been in work for ``idle_release_s``
-    seconds and no file is being translated, hand back to the system what the engines freed since the last time
+    """Forever (a lifespan task): once no translate, file or detect request has been in work and no model has been
+    loading for ``idle_release_s`` seconds, hand back to the system what the engines freed since the last time
     (``transduce.engine.session.release_memory``: the shared onnxruntime arena's unused regions, then glibc's free
     memory), once per idle spell, the first after start-up included.
 
     Without it the process keeps its peak: a server on 2 cores ready at 140 MB stayed at 285-290 MB after a burst
     at beam 4, 181-224 MB once released (``bench/results/shared-arena/``); the first batch after a release faults
-    its pages in again. A release runs beside whatever starts meanwhile (it frees only what no tensor uses)."""
+    its pages in again. A release runs beside whatever starts meanwhile (it frees only what no tensor uses); one
+    that fails is logged, and the next spell tries again."""
     period = state.settings.idle_release_s
     tick = min(max(period / 4, 0.05), MAX_TICK_S)
-    released = -1  # state.translations at the last release: none yet
+    released: tuple[int, int] | None = None  # the activity at the last release: none yet
     while True:
         await asyncio.sleep(tick)
-        if state.translating or state.file_jobs or released == state.translations:
+        pool = state.pool
+        if state.translating or state.file_jobs or (pool is not None and pool.loading):
             continue
-        if time.monotonic() - state.last_translation < period:
+        activity = (state.translations, pool.loads_ended if pool is not None else 0)
+        idle_s = time.monotonic() - max(state.last_translation, pool.last_load_end if pool is not None else 0.0)
+        if activity == released or idle_s < period:
             continue
-        released = state.translations
-        before = resident_bytes()
-        await asyncio.to_thread(release or release_memory)
-        after = resident_bytes()
-        log.info("idle for %.0f s: memory handed back, resident %.1f -> %.1f MB", period, before / MB, after / MB)
+        released = activity
+        try:
+            before = resident_bytes()
+            await asyncio.to_thread(release or release_memory)
+            after = resident_bytes()
+        except Exception:  # a bug: the feature must not end silently with it
+            log.exception("the idle release failed")
+            continue
+        log.info("idle for %.1f s: memory handed back, resident %.1f -> %.1f MB", idle_s, before / MB, after / MB)
