@@ -53,6 +53,8 @@ async def test_memory_is_released_once_per_idle_spell_and_never_while_a_request_
         assert len(releases) == 3
         for _ in range(3):  # requests that translate nothing (health checks, metrics) keep nothing awake
             assert (await client.get("/health/ready")).status_code == 200
+        for _ in range(3):  # nor do refused ones: the engine never saw them
+            assert (await client.post("/translate", json={"q": "Hello world."})).status_code == 422
         await asyncio.sleep(PERIOD_S * 3)
         assert len(releases) == 3
 

@@ -24,6 +24,7 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 RECORDED_PATHS = ("/translate", "/translate_file")  # the requests counted in /metrics and logged, one line each
 DETECT_PATH = "/detect"  # logged too, and counted apart (transduce_detect_requests): no translation is made
 _LOGGED_PATHS = (*RECORDED_PATHS, DETECT_PATH)
+CLIENT_GONE = 499  # the status of a request whose client hung up (nginx's), maybe after the engine began its work
 
 
 def route_path(scope: Scope) -> str:
@@ -75,7 +76,6 @@ class RequestContextMiddleware:
         translating = route_path(scope) in _LOGGED_PATHS
         if translating:  # (the idle release waits for these to end)
             self.state.translating += 1
-            self.state.translations += 1
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, response_started
@@ -99,7 +99,9 @@ class RequestContextMiddleware:
         finally:
             if translating:
                 self.state.translating -= 1
-                self.state.last_translation = time.monotonic()
+                if not 400 <= status < 500 or status == CLIENT_GONE:  # a refusal (401, 413, 422, 429...) did no work
+                    self.state.translations += 1
+                    self.state.last_translation = time.monotonic()
                 self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
 
     def _record(self, scope: Scope, request_id: str, status: int, total_ms: float) -> None:
