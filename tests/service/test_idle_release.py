@@ -79,7 +79,6 @@ def _idle_state(**pool: Any) -> Any:
         settings=settings,
         translating=0,
         file_jobs=0,
-        translations=0,
         last_translation=0.0,
         pool=SimpleNamespace(**pool),
     )
@@ -88,13 +87,13 @@ def _idle_state(**pool: Any) -> Any:
 async def test_no_release_while_a_model_loads_and_one_after_it() -> None:
     """A load outlives the request that asked for it (a 504 at the deadline) and /admin/reload loads outside any
     request: the release waits for it, then comes a whole period after it ended."""
-    state = _idle_state(loading=True, loads_ended=0, last_load_end=0.0)
+    state = _idle_state(loading=True, last_load_end=0.0)
     ran: list[float] = []
     task = asyncio.create_task(idle.release_when_idle(state, lambda: ran.append(time.monotonic())))
     try:
         await asyncio.sleep(PERIOD_S * 3)
         assert ran == []
-        state.pool.loading, state.pool.loads_ended, state.pool.last_load_end = False, 1, time.monotonic()
+        state.pool.loading, state.pool.last_load_end = False, time.monotonic()
         await asyncio.sleep(PERIOD_S * 3)
         assert len(ran) == 1 and ran[0] - state.pool.last_load_end >= PERIOD_S
     finally:
@@ -102,7 +101,7 @@ async def test_no_release_while_a_model_loads_and_one_after_it() -> None:
 
 
 async def test_a_failed_release_is_logged_and_the_next_spell_releases(caplog: pytest.LogCaptureFixture) -> None:
-    state = _idle_state(loading=False, loads_ended=0, last_load_end=0.0)
+    state = _idle_state(loading=False, last_load_end=0.0)
     ran: list[int] = []
 
     def release() -> None:
@@ -116,7 +115,7 @@ async def test_a_failed_release_is_logged_and_the_next_spell_releases(caplog: py
             await asyncio.sleep(PERIOD_S * 3)
         assert ran == [1] and "the idle release failed" in caplog.text and "no memory to hand back" in caplog.text
         assert not task.done()  # the task goes on
-        state.translations, state.last_translation = 1, time.monotonic()  # a request, then another idle spell
+        state.last_translation = time.monotonic()  # a request, then another idle spell
         await asyncio.sleep(PERIOD_S * 3)
         assert ran == [1, 1]
     finally:

@@ -27,17 +27,17 @@ async def release_when_idle(state: AppState, release: Callable[[], None] | None 
     that fails is logged, and the next spell tries again."""
     period = state.settings.idle_release_s
     tick = min(max(period / 4, 0.05), MAX_TICK_S)
-    released: tuple[int, int] | None = None  # the activity at the last release: none yet
+    released: float | None = None  # when the work before the last release ended: none yet
     while True:
         await asyncio.sleep(tick)
         pool = state.pool
         if state.translating or state.file_jobs or (pool is not None and pool.loading):
             continue
-        activity = (state.translations, pool.loads_ended if pool is not None else 0)
-        idle_s = time.monotonic() - max(state.last_translation, pool.last_load_end if pool is not None else 0.0)
-        if activity == released or idle_s < period:
+        ended = max(state.last_translation, pool.last_load_end if pool is not None else 0.0)  # the last work's end
+        idle_s = time.monotonic() - ended
+        if ended == released or idle_s < period:
             continue
-        released = activity
+        released = ended
         try:
             before = resident_bytes()
             await asyncio.to_thread(release or release_memory)

@@ -100,7 +100,6 @@ class RequestContextMiddleware:
             if translating:
                 self.state.translating -= 1
                 if not 400 <= status < 500 or status == CLIENT_GONE:  # a refusal (401, 413, 422, 429...) did no work
-                    self.state.translations += 1
                     self.state.last_translation = time.monotonic()
                 self._record(scope, request_id, status, (time.monotonic() - started) * 1000)
 

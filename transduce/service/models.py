@@ -78,7 +78,7 @@ class ModelPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._measured: dict[str, int] = {}  # fingerprint -> memory its last load took
         self._over_budget = False
-        self.loads_ended, self.last_load_end = 0, 0.0  # loads ended (or failed) since start-up, the last one's end
+        self.last_load_end = 0.0  # when the last load ended (or failed): the idle release's
         model_metrics.bind(self.gauges, self.budget_bytes)
 
     @property
@@ -268,7 +268,7 @@ class ModelPool:
             self._enforce_budget(keep=entry)
         finally:
             entry.loading = None
-            self.loads_ended, self.last_load_end = self.loads_ended + 1, time.monotonic()  # (the idle release's)
+            self.last_load_end = time.monotonic()
 
     def _used_bytes(self) -> int:
         return sum(e.memory_bytes for e in self.loaded())

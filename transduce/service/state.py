@@ -39,8 +39,7 @@ class AppState:
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(0))  # req_limit per client
     keyring: KeyRing = field(default_factory=lambda: KeyRing(()))  # the API keys accepted now
     file_jobs: int = 0  # POST /translate_file uploads being parsed or translated now (max_file_jobs)
-    # translate, file and detect requests (transduce.service.idle): in work now; ended since start-up having done work
-    # (answered, failed or abandoned by the client, not refused with a 4xx), and when the last of those ended
+    # translate, file and detect requests (transduce.service.idle): in work now, and when the last that did work
+    # (answered, failed or abandoned by the client, not refused with a 4xx) ended
     translating: int = 0
-    translations: int = 0
     last_translation: float = 0.0
