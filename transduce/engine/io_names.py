@@ -100,6 +100,9 @@ def gather_output(i: int) -> str:
 # (see transduce.engine.shortlist)
 SHORTLIST_DECODER_FILE = "decoder_shortlist.onnx"
 SHORTLIST_FILE = "shortlist.npz"  # the candidate table and the projection rows (V, d_model)
+# the target embedding table (V, d_model) float32 that the graphs named in the manifest's "embedding" gather from (the
+# encoder's too when the model ties them), mapped once by the engine and given to each (transduce.engine.embedding)
+EMBEDDING_FILE = "embedding.npy"
 DEC_VOCAB_PROJECTION = "vocab_projection"  # (candidates, d_model) float: projection rows of the batch's candidates
 # an int8 export's shortlist decoder takes those rows quantised, one scale per row, and transposed:
 DEC_VOCAB_PROJECTION_INT8 = "vocab_projection_int8"  # (d_model, candidates) int8

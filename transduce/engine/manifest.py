@@ -18,8 +18,9 @@ FORMAT_VERSION = 3  # 2: cross K/V and encoder mask per sentence; 3: per-row pos
 # model made by an older exporter still loads, but is made again (2: the decoder step written for one new token;
 # 3: the shortlist decoder takes a per-row candidate mask; 4: masked candidates get -inf, not -1e9; 5: a CPU decoder
 # with onnxruntime's fused self-attention, the base of the shortlist decoder; 6: each graph's weights in a file of
-# their own beside it, which onnxruntime maps into memory instead of copying).
-EXPORT_REVISION = 6
+# their own beside it, which onnxruntime maps into memory instead of copying; 7: the CPU decoders gather the unscaled
+# embedding table, which the engine maps once for them, the encoder and the shortlist's projection rows).
+EXPORT_REVISION = 7
 # the files a model directory holds, by manifest key (an export before "gather" was listed wrote gather.onnx anyway)
 FILE_KEYS = {
     "encoder": names.ENCODER_FILE,

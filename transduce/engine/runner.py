@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from transduce.engine import io_names as names
+from transduce.engine.embedding import Embedding
 from transduce.engine.manifest import Manifest
 from transduce.engine.ortrun import Run, unchecked_run
 from transduce.engine.search import TopK
@@ -119,6 +120,7 @@ class OrtSessions:
     shortlist: Shortlist | None = None  # set when the decoder is the shortlist graph (its projection is an input)
     shortlist_masks: bool = False  # the shortlist graph takes per-row candidate masks (exports since revision 3)
     top_k: TopK = numpy_top_k  # the beam search's per-row top-k: numpy's, or onnxruntime's kernel (engine.topk)
+    embedding: Embedding | None = None  # the table the sessions gather from, kept alive with them (engine.embedding)
     cross_names: list[str] = field(init=False)
     past_names: list[str] = field(init=False)
     present_names: list[str] = field(init=False)

@@ -8,14 +8,16 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 
 from transduce.engine import io_names as names
 from transduce.engine.arena import PROCESS_ARENA, SharedArena
 from transduce.engine.denormals import SESSION_CONFIG_KEY, open_session
+from transduce.engine.embedding import Embedding, load_embedding
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.heap import give_memory_back, keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
@@ -157,6 +159,7 @@ def session_options(
     spin: bool = True,
     pool: SharedPool | None = None,
     arena: SharedArena | None = None,
+    initializers: Mapping[str, ort.OrtValue] | None = None,
 ) -> ort.SessionOptions:
     """Full graph optimisation, on the process's shared thread pool once it is made (``SharedPool``), else on a pool
     of the session's own sized to the cores this process may use (``pool``: another pool than the process's).
@@ -167,10 +170,13 @@ def session_options(
     pool always spins: its threads are the decoder's.
 
     ``arena``: allocate from that shared CPU arena once it is made (``transduce.engine.arena``), else from the
-    session's own."""
+    session's own. ``initializers``: weights the caller holds, by name, used in place of the graph's own
+    (``transduce.engine.embedding``); they must outlive the session."""
     opts = ort.SessionOptions()
     if arena is not None:
         arena.apply(opts)
+    for name, value in (initializers or {}).items():
+        opts.add_initializer(name, value)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
@@ -210,6 +216,7 @@ def open_runner(
     shortlist: bool = True,
     shortlist_config: ShortlistConfig | None = None,
     loaded_shortlist: Shortlist | None = None,
+    loaded_embedding: Embedding | None = None,
     shared_pool: bool = False,
     shared_arena: bool = False,
 ) -> DecoderRunner:
@@ -220,7 +227,9 @@ def open_runner(
 
     ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
     (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
-    model's shortlist, already loaded by another runner (replicas share one instead of a copy each). ``shared_pool``:
+    model's shortlist, already loaded by another runner (replicas share one instead of a copy each); likewise
+    ``loaded_embedding``, the export's embedding table that CPU sessions gather from (``transduce.engine.embedding``).
+    ``shared_pool``:
     make the process's shared thread pool (``SharedPool``) of ``intra_threads`` if it is not made yet.
     ``shared_arena``: CPU sessions allocate from the process's one CPU arena (``transduce.engine.arena``), made if
     it is not yet; CUDA sessions never do."""
@@ -231,25 +240,35 @@ def open_runner(
     arena = PROCESS_ARENA if shared_arena and CUDA not in providers and PROCESS_ARENA.make() else None
     options = session_options(intra_threads, inter_threads, arena=arena)
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
+    embedding = None if CUDA in providers else loaded_embedding or load_embedding(manifest)
+
+    def given(graph: Path) -> dict[str, ort.OrtValue]:
+        return embedding.for_graph(graph) if embedding is not None else {}
+
     try:
-        encoder_options = session_options(intra_threads, inter_threads, spin=False, arena=arena)
-        encoder = open_session(str(manifest.path("encoder")), encoder_options, providers)
+        encoder_path = manifest.path("encoder")
+        encoder_options = session_options(
+            intra_threads, inter_threads, spin=False, arena=arena, initializers=given(encoder_path)
+        )
+        encoder = open_session(str(encoder_path), encoder_options, providers)
         cpu_decoder = "cpu_decoder" if "cpu_decoder" in manifest.raw and CUDA not in providers else "decoder"
         graph = manifest.path("shortlist_decoder" if use_shortlist else cpu_decoder)
-        decoder = open_session(str(graph), options, providers)
+        decoder_options = session_options(intra_threads, inter_threads, arena=arena, initializers=given(graph))
+        decoder = open_session(str(graph), decoder_options, providers)
         # the search's top-k on the CPU, on the shared pool (asking for its size: no "asked for" line in the log) or
         # else on the calling thread alone (a pool of its own would sleep between runs and be slow to wake)
         select_top_k = SessionTopK(session_options(PROCESS_POOL.size or 1, 1, spin=False, arena=arena))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
-    sessions = OrtSessions(manifest, encoder, decoder, providers, options, top_k=select_top_k)
+    sessions = OrtSessions(manifest, encoder, decoder, providers, options, top_k=select_top_k, embedding=embedding)
     if use_shortlist:
         inputs = {i.name for i in decoder.get_inputs()}
         quantized = names.DEC_VOCAB_PROJECTION_INT8 in inputs
         if loaded_shortlist is not None and loaded_shortlist.quantized == quantized:
             sessions.shortlist = loaded_shortlist
-        else:
-            sessions.shortlist = load_shortlist(manifest, shortlist_config, quantized=quantized)
+        else:  # float32 rows: the mapped table, when the export has one, instead of a copy read from the table file
+            rows = embedding.table if embedding is not None and not quantized else None
+            sessions.shortlist = load_shortlist(manifest, shortlist_config, quantized=quantized, rows=rows)
         sessions.shortlist_masks = names.DEC_VOCAB_MASK in inputs
     if device == "cuda" and sessions.provider != CUDA:
         if strict_device:
@@ -274,12 +293,20 @@ def release_memory() -> None:
     give_memory_back()
 
 
-def load_shortlist(manifest: Manifest, config: ShortlistConfig | None = None, *, quantized: bool = False) -> Shortlist:
+def load_shortlist(
+    manifest: Manifest,
+    config: ShortlistConfig | None = None,
+    *,
+    quantized: bool = False,
+    rows: np.ndarray | None = None,
+) -> Shortlist:
     """The shortlist of an export (its table and projection rows); eos is always a candidate, the unknown piece only
-    for a source that has one. ``quantized``: rows for a shortlist decoder whose projection is int8."""
+    for a source that has one. ``quantized``: rows for a shortlist decoder whose projection is int8. ``rows``: the
+    projection rows to use (the export's mapped embedding table), not read from the table file."""
     path = manifest.path("shortlist")
     try:
-        table, projection = load_table(path)
+        table, projection = load_table(path, projection=rows is None)
+        projection = projection if rows is None else rows
     except ValueError as exc:
         raise ModelLoadError(f"{exc}: re-export the model") from exc
     if projection is None or table.vocab_size != manifest.vocab_size:

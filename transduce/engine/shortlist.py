@@ -77,11 +77,12 @@ class ShortlistTable:
             np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # numpy stubs type the allow_pickle keyword
 
 
-def load_table(path: str | Path) -> tuple[ShortlistTable, np.ndarray | None]:
-    """A table written by ``ShortlistTable.save`` and its projection rows (None when it has none)."""
+def load_table(path: str | Path, *, projection: bool = True) -> tuple[ShortlistTable, np.ndarray | None]:
+    """A table written by ``ShortlistTable.save`` and its projection rows (None when it has none, or not read:
+    ``projection=False``)."""
     try:
         with np.load(path) as data:
-            arrays = {name: data[name] for name in data.files}
+            arrays = {name: data[name] for name in data.files if projection or name != "projection"}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path} is not a shortlist file, or is damaged: {exc}") from exc
     if "vocab_size" not in arrays or arrays["vocab_size"].shape != ():

@@ -19,10 +19,10 @@ from transduce.engine.errors import InputTooLongError, ModelLoadError, Unsupport
 from transduce.engine.manifest import load_manifest
 from transduce.engine.numpy_runner import NumpyRunner
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
-from transduce.engine.runner import CUDA, DecoderRunner
+from transduce.engine.runner import CUDA, DecoderRunner, OrtSessions
 from transduce.engine.search import GreedySearch, Hypothesis, make_search
 from transduce.engine.session import model_providers, open_runner, usable_cores
-from transduce.engine.shortlist import Shortlist, ShortlistConfig, row_peak
+from transduce.engine.shortlist import ShortlistConfig, row_peak
 from transduce.engine.text import has_letters
 from transduce.tokenizer import Tokenizer
 
@@ -143,7 +143,8 @@ class Translator:
             later CPU model's, and one of every core spins for nothing)."""
             return intra_threads or auto_intra_threads(cuda, n), shared_pool and n == 1 and not cuda
 
-        def opened(plan: tuple[int, bool], loaded: Shortlist | None) -> DecoderRunner:
+        def opened(plan: tuple[int, bool], loaded: OrtSessions | None) -> DecoderRunner:
+            """A runner on sessions of its own; ``loaded``: the first's, whose shortlist and table it shares."""
             threads, pooled = plan
             return open_runner(
                 m,
@@ -153,7 +154,8 @@ class Translator:
                 strict_device=strict_device,
                 shortlist=shortlist,
                 shortlist_config=shortlist_config,
-                loaded_shortlist=loaded,
+                loaded_shortlist=loaded.shortlist if loaded else None,
+                loaded_embedding=loaded.embedding if loaded else None,
                 shared_pool=pooled,
                 shared_arena=shared_pool,
             )
@@ -191,7 +193,7 @@ class Translator:
             if shares:
                 self.runners.append(NumpyRunner(first.sessions))
                 continue
-            runner = opened(plan, first.sessions.shortlist)
+            runner = opened(plan, first.sessions)
             if runner.sessions.provider != first.sessions.provider:  # onnxruntime fell back, e.g. out of GPU memory
                 log.warning(
                     "engine replica %d of %d opened on %s, not %s like the first: serving with %d replica(s)",

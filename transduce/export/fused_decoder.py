@@ -99,7 +99,11 @@ def fused_decoder_step(model: Transformer, opset: int = 17) -> bytes:
     g = _Graph()
 
     # target embeddings and each row's position: (R, 1) ids, (R,) positions -> (R, 1, d_model)
-    x = g.op("Gather", g.const("tgt_embed", m.tgt_embed.weight * m.embed_scale), names.DEC_INPUT_IDS)  # scaled once
+    # the table as the encoder and the shortlist's projection hold it, scaled after the gather: the engine gives every
+    # graph the export's one copy (``transduce.export.embedding``; gathering then scaling gives the same floats)
+    x = g.op("Gather", g.const("tgt_embed", m.tgt_embed.weight), names.DEC_INPUT_IDS)
+    if m.embed_scale != 1.0:
+        x = g.op("Mul", x, g.const("embed_scale", np.array(m.embed_scale, np.float32)))
     axis1 = g.ints("axis1", 1)
     positions = g.op("Gather", g.const("positions", cast(torch.Tensor, m.pe)), names.DEC_POSITIONS)  # (R, d_model)
     x = g.op("Add", x, g.op("Unsqueeze", positions, axis1))

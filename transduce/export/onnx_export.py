@@ -15,6 +15,7 @@ import torch
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import EXPORT_REVISION, FORMAT, FORMAT_VERSION, sha256_file
+from transduce.export.embedding import add_embedding
 from transduce.export.files import ONNX_EXPORT, replacing_dir, save_graph, store_weights_apart, with_weights
 from transduce.export.fused_decoder import fused_decoder_step
 from transduce.export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
@@ -222,6 +223,11 @@ def export_model(
         if config.shortlist is not None:
             manifest.update(add_shortlist(tmp, config.shortlist, cfg.tgt_vocab_size))
             files += [names.SHORTLIST_FILE, names.SHORTLIST_DECODER_FILE]
+        if config.dtype == "float32":  # the table the graphs gather from, once for all (export.embedding)
+            graphs = [names.ENCODER_FILE, names.DECODER_FILE, names.CPU_DECODER_FILE, names.SHORTLIST_DECODER_FILE]
+            embedding = add_embedding(tmp, model.tgt_embed.weight.detach().numpy(), graphs)
+            manifest.update(embedding)
+            files += [names.EMBEDDING_FILE] if embedding else []
         manifest["checksums"] = {f: sha256_file(tmp / f) for f in with_weights(tmp, files)}
         (tmp / names.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

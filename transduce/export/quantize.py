@@ -9,8 +9,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from transduce.engine import io_names as names
 from transduce.engine.manifest import sha256_file
+from transduce.export.embedding import add_embedding
 from transduce.export.files import ONNX_EXPORT, replacing_dir, store_weights_apart, with_weights
 
 
@@ -61,6 +64,11 @@ def quantize_model_dir(
             if graph == shortlist_decoder:
                 int8_projection(work / graph)
             store_weights_apart(work / graph)  # replaces the float32 weights file copied from src
+        if isinstance(manifest.pop("embedding", None), dict):  # the graphs as quantised: which still gather from it
+            embedding = add_embedding(work, np.load(work / names.EMBEDDING_FILE), sources)
+            manifest.update(embedding)
+            if not embedding:
+                manifest.get("checksums", {}).pop(names.EMBEDDING_FILE, None)
         manifest["dtype"] = "int8-dynamic"
         manifest["int8_weight_bits"] = 7 if seven else 8
         manifest["model_name"] = manifest["model_name"] + "-int8"
