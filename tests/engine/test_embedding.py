@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -60,16 +62,65 @@ def test_the_export_writes_the_table_once_and_names_each_graph_holding_it(shortl
         assert np.array_equal(held, table), file
 
 
-def test_the_graphs_gather_from_the_file_the_manifest_names(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """What the encoder and decoder read is the mapped file, not their own copies: a table of zeros in it changes
-    the translations (the projection stays the decoder's own), and without the entry they are as before."""
+@pytest.mark.parametrize("graph", ["encoder.onnx", "decoder_cpu.onnx"])
+def test_each_graph_gathers_from_the_file_the_manifest_names(tiny_model_dir: Path, tmp_path: Path, graph: str) -> None:
+    """What the encoder and the (CPU) decoder read is the mapped file, not their own copies: a table of zeros in it,
+    given to either graph alone, changes the translations (the projection stays the decoder's own); without the
+    entry they are as before."""
     before = _translations(tiny_model_dir, 1)
     zeroed = _copy(tiny_model_dir, tmp_path / "zeroed")
     np.save(zeroed / "embedding.npy", np.zeros_like(np.load(zeroed / "embedding.npy")))
-    _edit_manifest(zeroed, lambda m: None)
+    _edit_manifest(zeroed, lambda m: m["embedding"].update(initializers={graph: m["embedding"]["initializers"][graph]}))
     assert _translations(zeroed, 1) != before
     _edit_manifest(zeroed, lambda m: m.pop("embedding"))
     assert _translations(zeroed, 1) == before
+
+
+def test_a_session_keeps_the_table_it_was_given(tiny_model_dir: Path) -> None:
+    """onnxruntime keeps no reference to a given initializer: a session's run kept after its engine is dropped must
+    keep the mapped table too (in a fresh process: without it the run reads unmapped memory and the process dies)."""
+    script = f"""
+import gc, json
+import numpy as np
+from transduce.engine.translator import Translator
+engine = Translator({str(tiny_model_dir)!r}, device="cpu", intra_threads=1)
+sessions = engine.runners[0].sessions
+run, outputs = sessions.encoder_run, sessions.cross_names
+assert sessions.embedding is not None
+ids = np.array([[5, 6, 7, 8, 3]], np.int64)
+feed = {{"input_ids": ids, "attention_mask": np.ones_like(ids)}}
+before = run(outputs, feed)[0]
+del engine, sessions
+gc.collect()
+junk = [np.full(1 << 18, 7.0, np.float32) for _ in range(16)]
+print(json.dumps(bool(np.array_equal(before, run(outputs, feed)[0]))))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert json.loads(done.stdout.strip().splitlines()[-1]) is True
+
+
+def test_the_exporter_names_an_initializer_equal_bit_for_bit(tmp_path: Path) -> None:
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from transduce.export.embedding import tied_initializers
+
+    table = np.arange(12, dtype=np.float32).reshape(4, 3) - 5.0
+    signed = table.copy()
+    signed[0, 0] = -0.0 if table[0, 0] == 0 else signed[0, 0]
+    table[1, 2], signed[1, 2] = 0.0, -0.0  # equal as numbers, not as bits
+    nodes = [helper.make_node("Gather", [n, "ids"], [f"out_{n}"]) for n in ("signed", "same")]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info(f"out_{n}", onnx.TensorProto.FLOAT, None) for n in ("signed", "same")],
+        [numpy_helper.from_array(signed, "signed"), numpy_helper.from_array(table.copy(), "same")],
+    )
+    onnx.save(helper.make_model(graph), str(tmp_path / "g.onnx"))
+    assert tied_initializers(tmp_path, table, ["g.onnx", "missing.onnx"]) == {"g.onnx": "same"}
+    assert tied_initializers(tmp_path, table[:2], ["g.onnx"]) == {}
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -107,10 +158,12 @@ def test_an_int8_export_keeps_the_entry_for_its_quantised_graphs(shortlist_model
 @pytest.mark.parametrize(
     ("damage", "said"),
     [
-        (lambda d: np.save(d / "embedding.npy", np.zeros((3, 4), np.float32)), "not the model's float32"),
-        (lambda d: np.save(d / "embedding.npy", np.zeros((120, 32), np.float64)), "not the model's float32"),
+        (lambda d: np.save(d / "embedding.npy", np.zeros((3, 4), np.float32)), "not the model's C-ordered float32"),
+        (lambda d: np.save(d / "embedding.npy", np.zeros((120, 32), np.float64)), "not the model's C-ordered float32"),
         (lambda d: (d / "embedding.npy").write_bytes(b"not an array"), "not a readable .npy table"),
         (lambda d: (d / "embedding.npy").unlink(), "not a readable .npy table"),
+        (lambda d: (d / "embedding.npy").write_bytes(b""), "not a readable .npy table"),
+        (lambda d: np.save(d / "embedding.npy", np.asfortranarray(np.zeros((120, 32), np.float32))), "Fortran"),
         (lambda d: _edit_manifest(d, lambda m: m.update(embedding={"file": 3})), "'embedding' must name a file"),
         (
             lambda d: _edit_manifest(d, lambda m: m["embedding"].update(initializers=["encoder.onnx"])),

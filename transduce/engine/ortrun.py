@@ -24,7 +24,17 @@ def unchecked_run(session: ort.InferenceSession) -> Run:
     if inner is None or not callable(getattr(inner, "run", None)) or session.get_providers()[:1] != [CPU]:
         return session.run
 
-    def run(output_names: list[str], feed: Mapping[str, Any]) -> list[Any]:
-        return inner.run(output_names, feed, None)
+    return _Unchecked(session, inner)
 
-    return run
+
+class _Unchecked:
+    """The C++ session's run, holding its wrapper too: what the wrapper keeps alive (the initializers it was given,
+    ``engine.embedding.open_given``) lives as long as this run can be called."""
+
+    __slots__ = ("_inner", "_session")
+
+    def __init__(self, session: ort.InferenceSession, inner: Any) -> None:
+        self._session, self._inner = session, inner
+
+    def __call__(self, output_names: list[str], feed: Mapping[str, Any]) -> list[Any]:
+        return self._inner.run(output_names, feed, None)

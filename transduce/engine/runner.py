@@ -116,7 +116,7 @@ class OrtSessions:
     encoder: ort.InferenceSession
     decoder: ort.InferenceSession
     providers: list[str]  # what the sessions were asked for (a runner opening another session asks for the same)
-    options: ort.SessionOptions  # the decoder's options, reused for such helper sessions
+    options: ort.SessionOptions  # options like the decoder's (without its given initializers), for helper sessions
     shortlist: Shortlist | None = None  # set when the decoder is the shortlist graph (its projection is an input)
     shortlist_masks: bool = False  # the shortlist graph takes per-row candidate masks (exports since revision 3)
     top_k: TopK = numpy_top_k  # the beam search's per-row top-k: numpy's, or onnxruntime's kernel (engine.topk)

@@ -8,7 +8,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +16,8 @@ import onnxruntime as ort
 
 from transduce.engine import io_names as names
 from transduce.engine.arena import PROCESS_ARENA, SharedArena
-from transduce.engine.denormals import SESSION_CONFIG_KEY, open_session
-from transduce.engine.embedding import Embedding, load_embedding
+from transduce.engine.denormals import SESSION_CONFIG_KEY
+from transduce.engine.embedding import Embedding, load_embedding, open_given
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.heap import give_memory_back, keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
@@ -159,7 +159,6 @@ def session_options(
     spin: bool = True,
     pool: SharedPool | None = None,
     arena: SharedArena | None = None,
-    initializers: Mapping[str, ort.OrtValue] | None = None,
 ) -> ort.SessionOptions:
     """Full graph optimisation, on the process's shared thread pool once it is made (``SharedPool``), else on a pool
     of the session's own sized to the cores this process may use (``pool``: another pool than the process's).
@@ -170,13 +169,10 @@ def session_options(
     pool always spins: its threads are the decoder's.
 
     ``arena``: allocate from that shared CPU arena once it is made (``transduce.engine.arena``), else from the
-    session's own. ``initializers``: weights the caller holds, by name, used in place of the graph's own
-    (``transduce.engine.embedding``); they must outlive the session."""
+    session's own."""
     opts = ort.SessionOptions()
     if arena is not None:
         arena.apply(opts)
-    for name, value in (initializers or {}).items():
-        opts.add_initializer(name, value)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
@@ -241,20 +237,13 @@ def open_runner(
     options = session_options(intra_threads, inter_threads, arena=arena)
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
     embedding = None if CUDA in providers else loaded_embedding or load_embedding(manifest)
-
-    def given(graph: Path) -> dict[str, ort.OrtValue]:
-        return embedding.for_graph(graph) if embedding is not None else {}
-
     try:
-        encoder_path = manifest.path("encoder")
-        encoder_options = session_options(
-            intra_threads, inter_threads, spin=False, arena=arena, initializers=given(encoder_path)
-        )
-        encoder = open_session(str(encoder_path), encoder_options, providers)
+        encoder_options = session_options(intra_threads, inter_threads, spin=False, arena=arena)
+        encoder = open_given(manifest.path("encoder"), encoder_options, providers, embedding)
         cpu_decoder = "cpu_decoder" if "cpu_decoder" in manifest.raw and CUDA not in providers else "decoder"
         graph = manifest.path("shortlist_decoder" if use_shortlist else cpu_decoder)
-        decoder_options = session_options(intra_threads, inter_threads, arena=arena, initializers=given(graph))
-        decoder = open_session(str(graph), decoder_options, providers)
+        decoder_options = session_options(intra_threads, inter_threads, arena=arena)  # its own: open_given adds to it
+        decoder = open_given(graph, decoder_options, providers, embedding)
         # the search's top-k on the CPU, on the shared pool (asking for its size: no "asked for" line in the log) or
         # else on the calling thread alone (a pool of its own would sleep between runs and be slow to wake)
         select_top_k = SessionTopK(session_options(PROCESS_POOL.size or 1, 1, spin=False, arena=arena))

@@ -1,7 +1,7 @@
 """One copy of the embedding table for the graphs that gather from it (``transduce.engine.embedding`` loads it).
 
-The shipped model ties its embeddings (section 3.4 of the paper): the encoder's source embedding, the decoder's
-target embedding and the output projection are one (V, d_model) table. Each graph file holds it among its weights,
+The output projection shares the decoder's target embedding (section 3.4 of the paper), and the shipped model ties the
+encoder's source embedding to them too: one (V, d_model) table. Each graph file holds it among its weights,
 so an engine reading them all held it three times: the encoder's and the decoder's pages mapped from their weights
 files, and the shortlist's projection rows read from ``shortlist.npz``. The export writes the table once more as
 ``embedding.npy`` and lists in the manifest, per graph file, the initializer that is exactly that table; the engine
@@ -21,8 +21,8 @@ from transduce.engine import io_names as names
 
 
 def tied_initializers(model_dir: Path, table: np.ndarray, files: Iterable[str]) -> dict[str, str]:
-    """For each of ``files`` (graphs in ``model_dir``), the name of its float32 initializer equal to ``table``
-    element for element, where it has one."""
+    """For each of ``files`` (graphs in ``model_dir``), the name of its float32 initializer equal to ``table`` bit
+    for bit, where it has one (any such initializer holds the same values, so which one is named does not matter)."""
     import onnx
     from onnx import numpy_helper
     from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
@@ -38,7 +38,7 @@ def tied_initializers(model_dir: Path, table: np.ndarray, files: Iterable[str]) 
                 continue
             if uses_external_data(tensor):
                 load_external_data_for_tensor(tensor, str(model_dir))
-            if np.array_equal(numpy_helper.to_array(tensor), table):
+            if np.array_equal(numpy_helper.to_array(tensor).view(np.uint32), table.view(np.uint32)):  # bit for bit
                 found[file] = tensor.name
                 break
     return found

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from transduce.engine import io_names as names
@@ -211,23 +212,35 @@ def export_model(
             "source_checkpoint": {"file": checkpoint.name, "sha256": sha256_file(checkpoint)},
             "meta": {k: v for k, v in ckpt.meta.items() if isinstance(v, str | int | float | bool)},
         }
+        # the table the graphs gather from, once for all (export.embedding), before verification: the graphs are
+        # verified as the engine runs them, given the table
+        table = model.tgt_embed.weight.detach().numpy()
+        graphs = [names.ENCODER_FILE, names.DECODER_FILE, names.CPU_DECODER_FILE]
+        embedding = add_embedding(tmp, table, graphs) if config.dtype == "float32" else {}
         if config.verify:
+            from transduce.engine.embedding import Embedding
             from transduce.export.verify import verify_export
 
+            tied = embedding.get("embedding")
+            given = Embedding.of(np.load(tmp / names.EMBEDDING_FILE), tied["initializers"]) if tied else None
             # always against the fp32 model; float16 may flip near-ties, so only its log-prob error is enforced
             manifest["verification"] = verify_export(
-                model, tokenizer, tmp, tolerance=config.max_diff, require_identical=config.dtype == "float32"
+                model,
+                tokenizer,
+                tmp,
+                tolerance=config.max_diff,
+                require_identical=config.dtype == "float32",
+                embedding=given,
             )
         files = [names.ENCODER_FILE, names.DECODER_FILE, names.GATHER_FILE, names.TOKENIZER_FILE]
         files += [names.CPU_DECODER_FILE] if "cpu_decoder" in manifest else []
         if config.shortlist is not None:
             manifest.update(add_shortlist(tmp, config.shortlist, cfg.tgt_vocab_size))
             files += [names.SHORTLIST_FILE, names.SHORTLIST_DECODER_FILE]
-        if config.dtype == "float32":  # the table the graphs gather from, once for all (export.embedding)
-            graphs = [names.ENCODER_FILE, names.DECODER_FILE, names.CPU_DECODER_FILE, names.SHORTLIST_DECODER_FILE]
-            embedding = add_embedding(tmp, model.tgt_embed.weight.detach().numpy(), graphs)
-            manifest.update(embedding)
-            files += [names.EMBEDDING_FILE] if embedding else []
+        if embedding and config.shortlist is not None:  # the shortlist decoder gathers from it too
+            embedding = add_embedding(tmp, table, [*graphs, names.SHORTLIST_DECODER_FILE])
+        manifest.update(embedding)
+        files += [names.EMBEDDING_FILE] if embedding else []
         manifest["checksums"] = {f: sha256_file(tmp / f) for f in with_weights(tmp, files)}
         (tmp / names.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

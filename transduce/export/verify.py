@@ -11,7 +11,7 @@ import onnxruntime as ort
 import torch
 
 from transduce.engine import io_names as names
-from transduce.engine.denormals import open_session
+from transduce.engine.embedding import Embedding, open_given
 from transduce.engine.session import session_options
 from transduce.export.graphs import dummy_inputs
 from transduce.model.transformer import Transformer
@@ -120,15 +120,19 @@ def verify_export(
     steps: int = 12,
     seed: int = 0,
     require_identical: bool = True,
+    embedding: Embedding | None = None,
 ) -> dict[str, Any]:
     """Check the graphs, then parity of each decoder graph (the traced one and the CPU one) on random and real
     sentences at batch 1 and with padding, and on one step with beams and padded caches; raises on failure
-    (log-probs further apart than ``tolerance``, or greedy tokens that differ unless ``require_identical`` is off)."""
+    (log-probs further apart than ``tolerance``, or greedy tokens that differ unless ``require_identical`` is off).
+    ``embedding``: the export's one embedding table, given to the graphs that gather from it as the engine does."""
     decoders = [f for f in (names.DECODER_FILE, names.CPU_DECODER_FILE) if (model_dir / f).is_file()]
     for graph in (names.ENCODER_FILE, *decoders):
         onnx.checker.check_model(str(model_dir / graph))
-    opts = session_options(0, 1)  # on the process's shared thread pool if an engine made one (it must be)
-    enc = open_session(str(model_dir / names.ENCODER_FILE), opts, ["CPUExecutionProvider"])
+    cpu = ["CPUExecutionProvider"]
+    # options of each session's own (given initializers are added to them), on the process's shared thread pool if
+    # an engine made one (they must be)
+    enc = open_given(model_dir / names.ENCODER_FILE, session_options(0, 1), cpu, embedding)
     cfg = model.config
     rng = np.random.default_rng(seed)
     random_seqs = [rng.integers(4, cfg.src_vocab_size, size=n).tolist() + [cfg.eos_id] for n in (9, 3, 14, 1)]
@@ -136,7 +140,7 @@ def verify_export(
     real_seqs = [tokenizer.encode_source(s, langs[i % len(langs)]) for i, s in enumerate(SAMPLE_SENTENCES)]
     report: dict[str, Any] = {"tolerance": tolerance, "steps": steps, "cases": []}
     for graph in decoders:
-        dec = open_session(str(model_dir / graph), opts, ["CPUExecutionProvider"])
+        dec = open_given(model_dir / graph, session_options(0, 1), cpu, embedding)
         suffix = "" if graph == names.DECODER_FILE else f", {graph}"  # the traced graph's cases keep their names
         results = [
             (f"{label}{suffix}", _compare(model, enc, dec, seqs, steps))
