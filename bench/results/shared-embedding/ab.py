@@ -2,7 +2,8 @@ import sys, json, resource, hashlib, time
 from transduce.engine.translator import Translator
 from transduce.engine.options import DecodeOptions
 path, bs, beam, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-t=Translator(path, device='cpu', intra_threads=1, strict_device=True, shortlist=True, shared_pool=True)
+threads = int(sys.argv[5]) if len(sys.argv) > 5 else 1  # a fifth argument: threads (bench/results/cache-gather)
+t=Translator(path, device='cpu', intra_threads=threads, strict_device=True, shortlist=True, shared_pool=True)
 src=json.load(open('/tmp/g26/ids.json'))[:n]
 h=hashlib.sha256(); t0=time.perf_counter()
 for i in range(0,n,bs):
