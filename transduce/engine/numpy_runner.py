@@ -52,7 +52,9 @@ class NumpyRunner:
         return np.asarray(log_probs)
 
     def reorder(self, state: DecoderState, rows: np.ndarray | None, sentences: np.ndarray | None) -> None:
-        """Gather on the host with ``transduce.engine.cache.reorder``."""
+        """Gather on the host: the self-attention caches with onnxruntime's Gather kernel where the sessions have one
+        (``OrtSessions.cache_gather``), else, and the per-sentence tensors always, with numpy
+        (``transduce.engine.cache.reorder``)."""
         if rows is not None:
             state.past = self._gathered(state.past, rows)
         if sentences is not None:
