@@ -10,7 +10,7 @@ DECODER_FILE = "decoder.onnx"
 # the same step written for onnxruntime's CPU provider with its fused self-attention (float32 exports; the CPU's
 # full-vocabulary decoder, the base of the shortlist decoder and of int8 quantisation)
 CPU_DECODER_FILE = "decoder_cpu.onnx"
-GATHER_FILE = "gather.onnx"  # the cache reorder: on the device (IO-binding runner), and on the CPU's shared pool
+GATHER_FILE = "gather.onnx"  # device-side cache reorder, used by the IO-binding (CUDA) runner
 TOKENIZER_FILE = "tokenizer.model"
 
 

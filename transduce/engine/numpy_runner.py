@@ -16,9 +16,6 @@ class NumpyRunner:
 
     def __init__(self, sessions: OrtSessions) -> None:
         self.sessions = sessions
-        n = len(sessions.past_names)  # gather.onnx gathers that many tensors (every layer's key and value)
-        self._gather_inputs = [names.gather_input(i) for i in range(n)]
-        self._gather_outputs = [names.gather_output(i) for i in range(n)]
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> DecoderState:
         """Cross K/V of every layer from one encoder run, and an empty self cache per row."""
@@ -52,24 +49,12 @@ class NumpyRunner:
         return np.asarray(log_probs)
 
     def reorder(self, state: DecoderState, rows: np.ndarray | None, sentences: np.ndarray | None) -> None:
-        """Gather on the host: the self-attention caches with onnxruntime's Gather kernel where the sessions have one
-        (``OrtSessions.cache_gather``), else, and the per-sentence tensors always, with numpy
-        (``transduce.engine.cache.reorder``)."""
+        """Gather on the host with ``transduce.engine.cache.reorder``."""
         if rows is not None:
-            state.past = self._gathered(state.past, rows)
+            state.past = reorder(state.past, rows)
         if sentences is not None:
             state.cross = reorder(state.cross, sentences)
         state.reorder_host(rows, sentences)
-
-    def _gathered(self, past: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
-        """The self-attention caches gathered by ``rows``: in one onnxruntime run on the shared pool's threads when
-        the sessions have one (``OrtSessions.cache_gather``), else with numpy (``transduce.engine.cache.reorder``)."""
-        gather = self.sessions.cache_gather
-        if gather is None or len(past) != len(self._gather_outputs):
-            return reorder(past, rows)
-        feed: dict[str, np.ndarray] = {names.GATHER_ROWS: rows.astype(np.int64, copy=False)}
-        feed.update(zip(self._gather_inputs, past.values(), strict=True))
-        return dict(zip(past, gather(self._gather_outputs, feed), strict=True))
 
     def merge(self, state: DecoderState, other: DecoderState) -> DecoderState:
         """Concatenate rows and sentences; caches padded at the start, cross K/V at the end of the source. Each

@@ -121,9 +121,6 @@ class OrtSessions:
     shortlist_masks: bool = False  # the shortlist graph takes per-row candidate masks (exports since revision 3)
     top_k: TopK = numpy_top_k  # the beam search's per-row top-k: numpy's, or onnxruntime's kernel (engine.topk)
     embedding: Embedding | None = None  # the table the sessions gather from, kept alive with them (engine.embedding)
-    # the CPU's cache reorder on onnxruntime's Gather kernel (gather.onnx, one run for every layer's self-attention
-    # cache), on the process's shared pool of 2 threads or more; None: numpy's (engine.cache.reorder)
-    cache_gather: Run | None = None
     cross_names: list[str] = field(init=False)
     past_names: list[str] = field(init=False)
     present_names: list[str] = field(init=False)

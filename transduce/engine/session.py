@@ -16,14 +16,14 @@ import onnxruntime as ort
 
 from transduce.engine import io_names as names
 from transduce.engine.arena import PROCESS_ARENA, SharedArena
-from transduce.engine.denormals import SESSION_CONFIG_KEY, open_session
+from transduce.engine.denormals import SESSION_CONFIG_KEY
 from transduce.engine.embedding import Embedding, load_embedding, open_given
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.heap import give_memory_back, keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
 from transduce.engine.manifest import Manifest
 from transduce.engine.numpy_runner import NumpyRunner
-from transduce.engine.ortrun import CPU, Run, unchecked_run
+from transduce.engine.ortrun import CPU
 from transduce.engine.runner import CUDA, DecoderRunner, OrtSessions
 from transduce.engine.shortlist import Shortlist, ShortlistConfig, load_table
 from transduce.engine.topk import SessionTopK
@@ -250,8 +250,6 @@ def open_runner(
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ModelLoadError(f"cannot load the ONNX graphs in {manifest.model_dir}: {exc}") from exc
     sessions = OrtSessions(manifest, encoder, decoder, providers, options, top_k=select_top_k, embedding=embedding)
-    if CUDA not in providers and (PROCESS_POOL.size or 0) >= 2:
-        sessions.cache_gather = cache_gather_run(manifest, session_options(PROCESS_POOL.size or 1, 1, arena=arena))
     if use_shortlist:
         inputs = {i.name for i in decoder.get_inputs()}
         quantized = names.DEC_VOCAB_PROJECTION_INT8 in inputs
@@ -272,30 +270,6 @@ def open_runner(
             log.warning("CUDA was requested but is not usable; falling back to CPU")
     log.info("onnxruntime sessions ready on %s", sessions.provider)
     return IOBindingRunner(sessions) if sessions.provider == CUDA else NumpyRunner(sessions)
-
-
-ORT_TENSOR_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)"}  # a session input's type, by dtype
-
-
-def cache_gather_run(manifest: Manifest, options: ort.SessionOptions) -> Run | None:
-    """The host runner's self-attention cache reorder on onnxruntime's Gather kernel (``gather.onnx``), for sessions on
-    the shared pool when it has 2 threads or more: beam 4 batch 32 on 2 threads 0.99-1.19x and a 5-17 MB lower peak;
-    numpy's gather was faster on one thread (lever table). None, said in the log, where the export's graph is missing
-    or does not gather the caches (the runner then uses numpy's): the reorder is a speed-up, not a reason to fail."""
-    path, caches = manifest.path("gather"), 2 * manifest.n_layers
-    try:
-        session = open_session(str(path), options, [CPU])
-        inputs = session.get_inputs()
-    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
-        log.warning("%s could not be opened (%s): caches are reordered with numpy", path, exc)
-        return None
-    kinds = {i.type for i in inputs[1:]}
-    if len(inputs) != caches + 1 or kinds != {ORT_TENSOR_TYPES[manifest.cache_dtype]}:
-        log.warning(
-            "%s does not gather %d %s caches: they are reordered with numpy", path, caches, manifest.cache_dtype
-        )
-        return None
-    return unchecked_run(session)
 
 
 def release_memory() -> None:
