@@ -17,7 +17,7 @@ import onnxruntime as ort
 from transduce.engine import io_names as names
 from transduce.engine.arena import PROCESS_ARENA, SharedArena
 from transduce.engine.denormals import SESSION_CONFIG_KEY
-from transduce.engine.embedding import Embedding, load_embedding, open_given
+from transduce.engine.embedding import load_embedding, open_given
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.heap import give_memory_back, keep_step_arrays_on_heap
 from transduce.engine.iobinding_runner import IOBindingRunner
@@ -211,8 +211,7 @@ def open_runner(
     strict_device: bool = False,
     shortlist: bool = True,
     shortlist_config: ShortlistConfig | None = None,
-    loaded_shortlist: Shortlist | None = None,
-    loaded_embedding: Embedding | None = None,
+    loaded: OrtSessions | None = None,
     shared_pool: bool = False,
     shared_arena: bool = False,
 ) -> DecoderRunner:
@@ -222,10 +221,9 @@ def open_runner(
     the CPU unless ``device`` is "cuda".
 
     ``shortlist``: on the CPU, a model exported with a vocabulary shortlist decodes with its shortlist graph
-    (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded_shortlist``: that
-    model's shortlist, already loaded by another runner (replicas share one instead of a copy each); likewise
-    ``loaded_embedding``, the export's embedding table that CPU sessions gather from (``transduce.engine.embedding``).
-    ``shared_pool``:
+    (``transduce.engine.shortlist``); False, or on CUDA, the full-vocabulary decoder. ``loaded``: another runner's
+    sessions of the same model, whose shortlist and mapped embedding table (``transduce.engine.embedding``) this one
+    shares instead of a copy of each (replicas). ``shared_pool``:
     make the process's shared thread pool (``SharedPool``) of ``intra_threads`` if it is not made yet.
     ``shared_arena``: CPU sessions allocate from the process's one CPU arena (``transduce.engine.arena``), made if
     it is not yet; CUDA sessions never do."""
@@ -236,7 +234,7 @@ def open_runner(
     arena = PROCESS_ARENA if shared_arena and CUDA not in providers and PROCESS_ARENA.make() else None
     options = session_options(intra_threads, inter_threads, arena=arena)
     use_shortlist = shortlist and manifest.has_shortlist and CUDA not in providers
-    embedding = None if CUDA in providers else loaded_embedding or load_embedding(manifest)
+    embedding = None if CUDA in providers else (loaded and loaded.embedding) or load_embedding(manifest)
     try:
         encoder_options = session_options(intra_threads, inter_threads, spin=False, arena=arena)
         encoder = open_given(manifest.path("encoder"), encoder_options, providers, embedding)
@@ -253,8 +251,8 @@ def open_runner(
     if use_shortlist:
         inputs = {i.name for i in decoder.get_inputs()}
         quantized = names.DEC_VOCAB_PROJECTION_INT8 in inputs
-        if loaded_shortlist is not None and loaded_shortlist.quantized == quantized:
-            sessions.shortlist = loaded_shortlist
+        if loaded is not None and loaded.shortlist is not None and loaded.shortlist.quantized == quantized:
+            sessions.shortlist = loaded.shortlist
         else:  # float32 rows: the mapped table, when the export has one, instead of a copy read from the table file
             rows = embedding.table if embedding is not None and not quantized else None
             sessions.shortlist = load_shortlist(manifest, shortlist_config, quantized=quantized, rows=rows)

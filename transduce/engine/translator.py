@@ -154,8 +154,7 @@ class Translator:
                 strict_device=strict_device,
                 shortlist=shortlist,
                 shortlist_config=shortlist_config,
-                loaded_shortlist=loaded.shortlist if loaded else None,
-                loaded_embedding=loaded.embedding if loaded else None,
+                loaded=loaded,
                 shared_pool=pooled,
                 shared_arena=shared_pool,
             )

@@ -16,7 +16,7 @@ import torch
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import EXPORT_REVISION, FORMAT, FORMAT_VERSION, sha256_file
-from transduce.export.embedding import add_embedding
+from transduce.export.embedding import add_embedding, tied_initializers
 from transduce.export.files import ONNX_EXPORT, replacing_dir, save_graph, store_weights_apart, with_weights
 from transduce.export.fused_decoder import fused_decoder_step
 from transduce.export.graphs import DecoderStepGraph, EncoderGraph, dummy_inputs, gather_graph
@@ -222,7 +222,7 @@ def export_model(
             from transduce.export.verify import verify_export
 
             tied = embedding.get("embedding")
-            given = Embedding.of(np.load(tmp / names.EMBEDDING_FILE), tied["initializers"]) if tied else None
+            given = Embedding.of(np.ascontiguousarray(table, np.float32), tied["initializers"]) if tied else None
             # always against the fp32 model; float16 may flip near-ties, so only its log-prob error is enforced
             manifest["verification"] = verify_export(
                 model,
@@ -238,7 +238,9 @@ def export_model(
             manifest.update(add_shortlist(tmp, config.shortlist, cfg.tgt_vocab_size))
             files += [names.SHORTLIST_FILE, names.SHORTLIST_DECODER_FILE]
         if embedding and config.shortlist is not None:  # the shortlist decoder gathers from it too
-            embedding = add_embedding(tmp, table, [*graphs, names.SHORTLIST_DECODER_FILE])
+            embedding["embedding"]["initializers"].update(
+                tied_initializers(tmp, np.ascontiguousarray(table, np.float32), [names.SHORTLIST_DECODER_FILE])
+            )
         manifest.update(embedding)
         files += [names.EMBEDDING_FILE] if embedding else []
         manifest["checksums"] = {f: sha256_file(tmp / f) for f in with_weights(tmp, files)}

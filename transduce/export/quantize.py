@@ -13,7 +13,7 @@ import numpy as np
 
 from transduce.engine import io_names as names
 from transduce.engine.manifest import sha256_file
-from transduce.export.embedding import add_embedding
+from transduce.export.embedding import tied_initializers
 from transduce.export.files import ONNX_EXPORT, replacing_dir, store_weights_apart, with_weights
 
 
@@ -64,10 +64,12 @@ def quantize_model_dir(
             if graph == shortlist_decoder:
                 int8_projection(work / graph)
             store_weights_apart(work / graph)  # replaces the float32 weights file copied from src
-        if isinstance(manifest.pop("embedding", None), dict):  # the graphs as quantised: which still gather from it
-            embedding = add_embedding(work, np.load(work / names.EMBEDDING_FILE), sources)
-            manifest.update(embedding)
-            if not embedding:
+        if isinstance(entry := manifest.pop("embedding", None), dict):  # the graphs as quantised: which still gather
+            tied = tied_initializers(work, np.load(work / names.EMBEDDING_FILE), sources)  # from the copied table
+            if tied:
+                manifest["embedding"] = {**entry, "initializers": tied}
+            else:
+                (work / names.EMBEDDING_FILE).unlink()
                 manifest.get("checksums", {}).pop(names.EMBEDDING_FILE, None)
         manifest["dtype"] = "int8-dynamic"
         manifest["int8_weight_bits"] = 7 if seven else 8

@@ -23,6 +23,9 @@ from transduce.service.field_errors import validation_message
 log = logging.getLogger("transduce.service")
 
 
+CLIENT_GONE = 499  # the status of a request whose client hung up (nginx's), maybe after the engine began its work
+
+
 class ApiError(Exception):
     """An error with its HTTP status and a message for the client."""
 
@@ -88,7 +91,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(_: Request, __: ClientDisconnect) -> JSONResponse:  # nobody reads it: counted and logged as 499
-        return error_response(499, "client closed the connection")
+        return error_response(CLIENT_GONE, "client closed the connection")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

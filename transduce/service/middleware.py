@@ -14,6 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from transduce.service.errors import CLIENT_GONE
 from transduce.service.logging import ACCESS_LOGGER
 from transduce.service.state import AppState
 
@@ -24,7 +25,6 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 RECORDED_PATHS = ("/translate", "/translate_file")  # the requests counted in /metrics and logged, one line each
 DETECT_PATH = "/detect"  # logged too, and counted apart (transduce_detect_requests): no translation is made
 _LOGGED_PATHS = (*RECORDED_PATHS, DETECT_PATH)
-CLIENT_GONE = 499  # the status of a request whose client hung up (nginx's), maybe after the engine began its work
 
 
 def route_path(scope: Scope) -> str:

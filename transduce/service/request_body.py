@@ -15,7 +15,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.requests import ClientDisconnect
 
 from transduce.service.config import Settings
-from transduce.service.errors import ApiError
+from transduce.service.errors import CLIENT_GONE, ApiError
 from transduce.service.field_errors import MAX_DIGITS, form_number, validation_message
 from transduce.service.glossary import SHAPE, entry_problem
 from transduce.service.schemas import TranslateRequest
@@ -47,7 +47,7 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
             {"Connection": "close"},
         ) from None
     except ClientDisconnect:
-        raise ApiError(499, "client closed the connection while sending the request body") from None
+        raise ApiError(CLIENT_GONE, "client closed the connection while sending the request body") from None
     return b"".join(chunks)
 
 
