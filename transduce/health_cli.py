@@ -26,10 +26,14 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from transduce.serve_cli import settings_problem
+    from transduce.server_url import bad_url
     from transduce.service.config import Settings
 
     if not 0 < args.timeout < float("inf"):
         print(f"transduce health: --timeout must be a number of seconds > 0, got {args.timeout}", file=sys.stderr)
+        return 2
+    if args.url is not None and (problem := bad_url("--url", args.url)) is not None:
+        print(f"transduce health: {problem}", file=sys.stderr)  # (httpx's InvalidURL was a traceback)
         return 2
     try:
         settings = Settings()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import select
 import stat
 import sys
@@ -19,6 +18,7 @@ from contextlib import ExitStack
 from typing import BinaryIO, NamedTuple
 
 from transduce.engine.options import DEFAULT_OPTIONS, MAX_BEAM_SIZE, SERVED_NO_REPEAT_NGRAM_SIZE, no_repeat_problem
+from transduce.server_url import bad_url
 
 READ_SIZE = 1 << 16
 TIMEOUT_S = 120.0  # --timeout: seconds a server (--url) has to answer a request
@@ -222,8 +222,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         return "--beam-size and --batch-size must be >= 1"
     if args.url is None and args.beam_size is not None and args.beam_size > MAX_BEAM_SIZE:
         return f"--beam-size {args.beam_size} is over {MAX_BEAM_SIZE} (its search would not fit in memory)"
-    if args.url is not None and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", args.url, re.IGNORECASE):
-        return f"--url must be a server's http:// or https:// address, e.g. http://127.0.0.1:5000, got {args.url!r}"
+    if args.url is not None and (problem := bad_url("--url", args.url)) is not None:
+        return problem
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         return f"--timeout must be a number of seconds > 0, got {args.timeout}"
     if args.no_repeat_ngram_size is not None:

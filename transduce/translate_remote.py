@@ -3,9 +3,10 @@ LibreTranslate-compatible one).
 
 Requests are cut to the server's own limits, read from ``GET /frontend/settings``: at most ``max_items`` texts and
 ``char_limit`` characters (and ``max_queue_items`` sentences) per request. A line over the character limit is sent as
-its sentences, in parts, and re-joined with its own spacing. A request the server refuses stops the run with one line
-on stderr naming the input lines it held (the line itself when the server refused it for its content); everything
-before them is already on stdout.
+its sentences, in parts, and re-joined with its own spacing; a sentence the server refuses as over its
+``max_sentence_tokens`` is cut into parts that fit (``_translate_cut``). A request the server refuses otherwise stops
+the run with one line on stderr naming the input lines it held (the line itself when the server refused it for its
+content); everything before them is already on stdout.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from transduce.engine.text import Segmented, segment
+from transduce.engine.text import Segmented, segment, split_long
 from transduce.translate_cli import InputError, SourceLine, TranslateError, Writer, span
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ RETRIES_BUSY = 5  # attempts for a request the server answers 503 (busy, startin
 MAX_RETRY_WAIT_S = 60.0  # this server's own Retry-After goes up to 60 s (a full queue, req_limit 1): waited for
 _LINE_BREAK = re.compile(r"\r?\n")
 LINE_BY_LINE = (400, 413)  # statuses that may be about one text of a request: then each line is sent alone
+# this server's refusal of a sentence over its max_sentence_tokens (``service.validation``): such a text is cut
+_OVER_TOKENS = re.compile(r"has (\d+) tokens, over the limit of (\d+) \(max_sentence_tokens\)")
+CUT_TRIES = 6  # budgets tried for the parts of a sentence over max_sentence_tokens, each half the one before
 
 
 @dataclass(frozen=True)
@@ -273,6 +277,14 @@ def remote_run(args: argparse.Namespace, lines: Iterator[SourceLine | None], wri
                 finished.append(pending.popleft().output())
             write(finished)
 
+        def alone(piece: _Piece, status: int, answer: str) -> list[str]:
+            """The translation of a piece the server refused (``status``, ``answer``): cut to fit when a sentence of
+            it was over max_sentence_tokens, else the run stops naming its line."""
+            cut = _translate_cut(remote, limits, piece.text, answer) if status == 400 else None
+            if cut is None:
+                raise TranslateError(f"{span([piece.line.source])} failed: {answer}")
+            return [cut]
+
         for batch in _pack(lines, limits, pending):
             if not batch:
                 settle([], [])
@@ -281,11 +293,63 @@ def remote_run(args: argparse.Namespace, lines: Iterator[SourceLine | None], wri
             if isinstance(answer, list):
                 settle(batch, answer)
                 continue
-            if status not in LINE_BY_LINE or len({id(p.line) for p in batch}) == 1:
+            if status not in LINE_BY_LINE:
                 raise TranslateError(f"{span([p.line.source for p in batch])} failed: {answer}")
+            if len(batch) == 1:
+                settle(batch, alone(batch[0], status, answer))
+                continue
             for piece in batch:  # the refusal may be about one text: send them one by one to name its line
                 status, answer = remote.post([piece.text])
-                if not isinstance(answer, list):
-                    raise TranslateError(f"{span([piece.line.source])} failed: {answer}")
-                settle([piece], answer)
+                settle([piece], answer if isinstance(answer, list) else alone(piece, status, answer))
         settle([], [])  # blank lines at the end
+
+
+def _translate_cut(remote: _Remote, limits: ServerLimits, text: str, problem: str) -> str | None:
+    """``text`` translated although the server refused it (``problem``) for a sentence over its max_sentence_tokens:
+    every sentence over a character budget is cut at clause marks or spaces (``split_long``, as the server cuts one in
+    a file), its parts translated in requests within ``limits`` and joined with the text's own spacing. The budget is
+    the longest sentence's length scaled by the server's limit over the tokens it counted (9/10 of that: characters
+    per token vary along a text), halved while the server still refuses, ``CUT_TRIES`` times at most. None when the
+    refusal is about something else (TranslateError when a part is refused for another reason)."""
+    found = _OVER_TOKENS.search(problem)
+    parts = segment(text)
+    if found is None or not parts.sentences:
+        return None
+    tokens, limit = int(found[1]), int(found[2])
+    budget = max(1, int(max(map(len, parts.sentences)) * limit / max(tokens, 1) * 0.9))
+    for _ in range(CUT_TRIES):
+        fits = _within(budget)
+        cut = [split_long(sentence, fits) for sentence in parts.sentences]
+        pieces = [piece for sentence in cut for piece in sentence]
+        bodies = [piece.rstrip() for piece in pieces]  # each part's trailing space is put back here, not sent
+        translated: list[str] = []
+        for request in _requests(bodies, limits):
+            status, answer = remote.post(request)
+            if not isinstance(answer, list):
+                if status == 400 and _OVER_TOKENS.search(answer) and budget > 1:
+                    break
+                raise TranslateError(f"a part of {len(request[0])} characters of a long sentence failed: {answer}")
+            translated.extend(answer)
+        else:
+            spaced = iter(t + piece[len(body) :] for t, piece, body in zip(translated, pieces, bodies, strict=True))
+            return parts.rejoin(["".join(next(spaced) for _ in sentence) for sentence in cut])
+        budget //= 2
+    raise TranslateError(f"a sentence stayed over the server's max_sentence_tokens after {CUT_TRIES} cuts: {problem}")
+
+
+def _within(budget: int) -> Callable[[str], bool]:
+    return lambda text: len(text) <= budget
+
+
+def _requests(texts: list[str], limits: ServerLimits) -> Iterator[list[str]]:
+    """``texts`` in consecutive requests of at most ``max_items`` texts and ``max_chars`` characters."""
+    request: list[str] = []
+    chars = 0
+    for text in texts:
+        if request and (len(request) == limits.max_items or chars + len(text) > limits.max_chars):
+            yield request
+            request, chars = [], 0
+        request.append(text)
+        chars += len(text)
+    if request:
+        yield request

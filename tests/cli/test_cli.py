@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import subprocess
 import sys
@@ -137,11 +138,9 @@ def test_translate_url_names_the_lines_a_refused_request_held(tmp_path: Path) ->
     with live_server(fake, max_items=3, max_chars=40, max_sentence_tokens=3) as url:
         translate = ["translate", "--url", url, "-s", "en", "-t", "de"]
         result = run(*translate, stdin="one\ntwo\nthree\nfour\nfive six seven eight\nnine\n")
-        assert (result.returncode, result.stdout) == (1, "ONE\nTWO\nTHREE\nFOUR\n")  # everything before it
-        assert result.stderr == (
-            "transduce translate: stdin line 5 failed: server answered 400: a sentence has 5 tokens, over the limit "
-            "of 3 (max_sentence_tokens); split it\n"
-        )
+        # line 5's sentence is over max_sentence_tokens: cut at spaces into parts that fit, as a file's would be
+        assert (result.returncode, result.stdout) == (0, "ONE\nTWO\nTHREE\nFOUR\nSIX FIVE SEVEN EIGHT\nNINE\n")
+        assert "five six" in fake.translated and "five six seven eight" not in fake.translated
         (tmp_path / "a.txt").write_text("a\nb\nc\nd\n")
         (tmp_path / "b.txt").write_text("boom\nf\n")
         result = run(*translate, str(tmp_path / "a.txt"), str(tmp_path / "b.txt"))
@@ -181,6 +180,46 @@ def test_translate_url_fails_on_an_answer_that_is_not_text() -> None:
     args = type("Args", (), {"source": "en", "target": "de", "beam_size": 4, "api_key": None})()
     with httpx.Client(base_url="http://server", transport=httpx.MockTransport(answer)) as client:
         assert _Remote(args, client).post(["a", "b"]) == (200, "server answered a translation that is not a text")
+
+
+def test_translate_url_cuts_a_sentence_over_max_sentence_tokens_and_keeps_the_lines_spacing() -> None:
+    """A server that refuses any text of more than 6 words as this server words it: the long sentence's parts (cut at
+    clause marks, then spaces) fit after one or more halvings of the budget, and the line keeps its spacing; the
+    other sentence of the line is sent whole; a refusal for another reason is not cut."""
+    from transduce.translate_cli import TranslateError
+    from transduce.translate_remote import ServerLimits, _Remote, _translate_cut
+
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        texts = json.loads(request.content)["q"]
+        sent.extend(texts)
+        for text in texts:
+            if "forbidden" in text:
+                return httpx.Response(400, json={"error": "that word is not allowed"})
+            if len(text.split()) > 6:
+                return httpx.Response(
+                    400,
+                    json={
+                        "error": f"a sentence has {len(text.split())} tokens, over the limit of 6 "
+                        "(max_sentence_tokens); split it"
+                    },
+                )
+        return httpx.Response(200, json={"translatedText": [t.upper() for t in texts]})
+
+    args = type("Args", (), {"source": "en", "target": "de", "beam_size": None, "api_key": None})()
+    limits = ServerLimits(max_chars=500, max_items=2, max_sentences=100)
+    line = "  Short one.  One two three four five six seven eight nine ten, eleven twelve thirteen fourteen.  "
+    with httpx.Client(base_url="http://server", transport=httpx.MockTransport(answer)) as client:
+        remote = _Remote(args, client)
+        status, problem = remote.post([line])
+        assert status == 400 and isinstance(problem, str)
+        cut = _translate_cut(remote, limits, line, problem)
+        assert cut == line.upper()  # every word once, in order, with the line's own spacing
+        assert "Short one." in sent and all(len(t.split()) <= 6 for t in sent[sent.index("Short one.") :])
+        assert _translate_cut(remote, limits, "forbidden words", "server answered 400: not allowed") is None
+        with pytest.raises(TranslateError, match="that word is not allowed"):
+            _translate_cut(remote, limits, "one two three four five six seven forbidden nine ten.", problem)
 
 
 def test_translate_locally_names_the_line_whose_sentence_is_too_long(tiny_model_dir: Path) -> None:

@@ -100,6 +100,10 @@ def test_bad_options_are_one_line_and_exit_2(tiny_model_dir: Path) -> None:
     for args, fragment in (
         ([*url[2:], "--url", ""], "--url must be a server's http:// or https:// address"),
         ([*url[2:], "--url", "127.0.0.1:5000"], "--url must be a server's http:// or https:// address"),
+        ([*url[2:], "--url", "http://[::1"], "got 'http://[::1' (its host or port cannot be read)"),
+        ([*url[2:], "--url", "http://127.0.0.1:99999"], "(its host or port cannot be read)"),
+        ([*url[2:], "--url", "http://127.0.0.1:5000?x=1"], "it takes no ?query or #fragment"),
+        ([*url[2:], "--url", "http://127.0.0.1:0"], "(port 0 is no server's)"),
         ([*url, "--timeout", "nan"], "--timeout must be a number of seconds > 0, got nan"),
         ([*url, "--timeout", "0"], "--timeout must be a number of seconds > 0, got 0.0"),
         ([*url, "--timeout", "inf"], "--timeout must be a number of seconds > 0, got inf"),

@@ -302,3 +302,7 @@ def test_the_healthchecks_reach_a_server_that_asks_health_callers_for_a_key(tmp_
     assert status == 1 and err.startswith(f"transduce health: cannot reach {url}/health/ready: ")
     status, err = health(TRANSDUCE_PORT="abc")
     assert status == 2 and err.startswith("transduce health: the server's settings are invalid: ")
+    for bad in ("http://[::1", "http://127.0.0.1:99999", "127.0.0.1:5000"):  # httpx's InvalidURL was a traceback
+        status, err = health("--url", bad)
+        assert status == 2 and err.startswith("transduce health: --url must be a server's http:// or https:// "), err
+        assert len(err.splitlines()) == 1 and repr(bad) in err

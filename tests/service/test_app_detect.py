@@ -164,6 +164,17 @@ async def test_detect_in_libretranslate_shape() -> None:
     }
 
 
+async def test_detect_counts_a_lists_texts_as_translate_does() -> None:
+    """A list's characters are its texts' (not the newlines that join them for detection), within max_items."""
+    async with serve() as (client, _):
+        r = await client.post("/detect", json={"q": ["x" * 100] * 50})  # 5,000 characters, as /translate takes
+        assert r.status_code == 200, r.text
+        r = await client.post("/detect", json={"q": ["x" * 100] * 50 + ["y"]})
+        assert r.status_code == 400 and r.json() == {"error": "q has 51 texts, over the limit of 50 (max_items)"}
+        r = await client.post("/detect", json={"q": ["x" * 1000] * 5 + ["y"]})
+        assert r.status_code == 413 and "request (5001 characters)" in r.json()["error"], r.text
+
+
 async def test_detect_asks_for_the_api_key_when_keys_are_set() -> None:
     async with serve(api_keys="k1") as (client, _):
         assert (await client.post("/detect", data={"q": DE})).status_code == 401

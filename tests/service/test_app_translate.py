@@ -152,6 +152,44 @@ async def test_form_bodies_and_query_strings_are_read_as_utf8() -> None:
     assert fake.translated[1:] == ["schöne Grüße 😀", "schöne Grüße", "schöne Tage", "schön"]
 
 
+def _multipart(fields: list[tuple[str, bytes]], *, close: bool = True) -> bytes:
+    parts = [b'--B\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n' % (k.encode(), v) for k, v in fields]
+    return b"".join(parts) + (b"--B--\r\n" if close else b"")
+
+
+@pytest.mark.parametrize("path", ["/translate", "/detect"])
+async def test_multipart_bodies_are_read_as_strictly_as_urlencoded_ones(path: str) -> None:
+    """A multipart body cut short (its closing boundary never came) is a 422, not the parts before the cut; a field
+    that is not text in the body's charset is a 422 and an unknown charset a 415, as for urlencoded forms (Starlette's
+    parser would read either as Latin-1); a named charset is honoured."""
+    fake = FakeTranslator()
+    multipart = {"content-type": "multipart/form-data; boundary=B"}
+    fields = [("q", "Grüße aus Köln".encode()), ("source", b"de"), ("target", b"en")]
+    cut = _multipart([*fields, ("q", b"Second text that is cu")], close=False)
+    async with serve(fake) as (client, _):
+        r = await client.post(path, content=_multipart(fields), headers=multipart)
+        assert r.status_code == 200, r.text
+        r = await client.post(path, content=cut, headers=multipart)
+        assert r.status_code == 422 and r.json() == {
+            "error": "the multipart body ends before its closing boundary: it was cut short, send it whole"
+        }, r.text
+        bad = _multipart([("q", b"Gr\xc3\xbc\xc3\x9fe \xff"), *fields[1:]])
+        r = await client.post(path, content=bad, headers=multipart)
+        assert r.status_code == 422 and r.json() == {
+            "error": "the form field 'q' is not utf-8 text: send the form as utf-8"
+        }, r.text
+        odd = {"content-type": "multipart/form-data; boundary=B; charset=foo"}
+        r = await client.post(path, content=_multipart(fields), headers=odd)
+        assert r.status_code == 415 and r.json() == {"error": "unsupported charset 'foo': send the form body as UTF-8"}
+        latin1 = {"content-type": "multipart/form-data; boundary=B; charset=ISO-8859-1"}
+        r = await client.post(path, content=_multipart([("q", "Grüße".encode("latin-1")), *fields[1:]]), headers=latin1)
+        assert r.status_code == 200, r.text
+    if path == "/translate":
+        assert fake.translated[1:] == ["Grüße aus Köln", "Grüße"]
+    else:
+        assert fake.translated[1:] == []
+
+
 async def test_fields_in_the_query_string_and_an_unset_format_as_libretranslate_reads_them() -> None:
     async with serve() as (client, _):
         r = await client.post("/translate?q=a+b&q=c&source=en&target=de&alternatives=0")  # no body, no content type

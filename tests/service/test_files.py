@@ -50,6 +50,28 @@ async def test_a_text_file_keeps_its_lines_blank_lines_and_indentation(tmp_path:
     assert got.text == expected
 
 
+async def test_download_ranges_as_starlette_serves_them_and_bad_ones_in_our_words(tmp_path: Path) -> None:
+    """A byte range is served (206); a malformed Range is ignored and the whole file sent (RFC 9110 lets a server),
+    not Starlette's plain-text 400; one that starts past the end is a JSON 416 with the file's size."""
+    async with serve(files_dir=str(tmp_path)) as (client, _):
+        r = await upload(client, "notes.txt", b"Hello world.")
+        url = r.json()["translatedFileUrl"]
+        whole = await client.get(url)
+        assert whole.status_code == 200, whole.text
+        size = len(whole.content)
+        part = await client.get(url, headers={"Range": "bytes=0-3"})
+        assert part.status_code == 206 and part.content == whole.content[:4]
+        for bad in ("bytes=abc", "bytes=9-5", "lines=0-3", "garbage", "bytes=,"):
+            r = await client.get(url, headers={"Range": bad})
+            assert r.status_code == 200 and r.content == whole.content, (bad, r.status_code, r.text)
+        for past in (f"bytes={size}-", f"bytes={size + 50}-{size + 60}"):
+            r = await client.get(url, headers={"Range": past})
+            assert r.status_code == 416 and r.json() == {
+                "error": f"the range asked for starts past the file's end ({size} bytes)"
+            }, r.text
+            assert r.headers["content-range"] == f"bytes */{size}"
+
+
 @pytest.mark.parametrize(
     ("name", "stored"),
     [
@@ -546,6 +568,15 @@ async def test_form_errors_api_keys_and_languages() -> None:
         assert r.status_code == 422 and r.json() == {
             "error": "the multipart body ends before its closing boundary: it was cut short, send it whole"
         }, r.text
+        odd = {"content-type": "multipart/form-data; boundary=XYZ; charset=foo"}  # Starlette read it as Latin-1
+        r = await client.post("/translate_file", content=whole + b"--XYZ--\r\n", headers=odd)
+        assert r.status_code == 415 and "unsupported charset 'foo'" in r.json()["error"], r.text
+        r = await client.post(
+            "/translate_file", content=whole.replace(b"\r\nde", b"\r\nd\xff") + b"--XYZ--\r\n", headers=quoted
+        )
+        assert r.status_code == 422 and r.json() == {
+            "error": "the form field 'target' is not utf-8 text: send the form as utf-8"
+        }, r.text
 
 
 async def test_the_download_url_uses_public_url_when_set_not_the_host_header() -> None:
@@ -714,6 +745,42 @@ def test_markdown_placeholders_are_put_back_and_paragraphs_rewrapped() -> None:
     assert blocks(out) == blocks(MD)
     hazard = read_document("b.md", b"Intro text that is\nwrapped here.\n").rebuild(["- 1. # not a list"])
     assert hazard == b"\\- 1. # not a list\n"  # a translation that would open a list is escaped
+
+
+def test_markdown_inline_html_comes_back_paired_and_code_is_never_sent() -> None:
+    """Inline HTML's start and end tags go back around their element's translation (a model that reverses the
+    words cannot cross them), as under format: "html"; an element never translated there (<code>, <kbd>) is one kept
+    piece; an element that crosses a link and one nested too deep stay tags of their own, as written."""
+    import html.parser
+
+    text = (
+        "Text <b>bold</b> here. The <code>ls -l</code> command lists <i>all</i> files.\n\n"
+        'A [link <b>bold</b>](http://x) and <span class="a">x <em>y</em></span><br> <kbd>Ctrl</kbd>.\n\n'
+        "A <b>cross [x</b>](u) and " + "<b>" * 40 + "deep" + "</b>" * 40 + " words.\n"
+    )
+    doc = read_document("inline.md", text.encode())
+    assert doc.units[:2] == ["Text [1] bold [2] here.", "The [1] command lists [2] all [3] files."]  # ls unsent
+    assert not [u for u in doc.units if "Ctrl" in u or "ls" in u]
+    out = doc.rebuild([fake_translation(u) for u in doc.units]).decode()
+    assert "<code>ls -l</code>" in out and "<kbd>Ctrl</kbd>" in out
+    assert "<b>BOLD</b>" in out and "<i>ALL</i>" in out and "<em>Y</em>" in out, out
+
+    class Balance(html.parser.HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.open: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: object) -> None:
+            if tag != "br":
+                self.open.append(tag)
+
+        def handle_endtag(self, tag: str) -> None:
+            assert self.open and self.open.pop() == tag, (tag, out)
+
+    checker = Balance()
+    checker.feed("\n".join(out.split("\n\n")[:2]))
+    assert checker.open == [], out  # every element closed where it opened, around its words (before: "</b> <b>")
+    assert doc.rebuild(doc.units).decode() == text  # the crossing and the deep tags as written, no recursion error
 
 
 def docx_with_link() -> bytes:

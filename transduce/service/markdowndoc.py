@@ -4,7 +4,8 @@ Fenced and indented code, HTML blocks, front matter, link definitions and rules 
 items, quotes and table cells keep their markers. A paragraph's soft-wrapped lines are translated as one text and
 wrapped again to about the width they had (hard breaks kept). Inside a text, code spans, URLs, autolinks, images, raw
 HTML and link destinations never reach the model: they travel as the numbered placeholders of ``htmlunits.Unit`` (a
-link's text is translated, its ``](url)`` kept), so a lost or moved placeholder is put back as in ``format: "html"``.
+link's text is translated, its ``](url)`` kept; an inline HTML element's text too, its tags paired around it by
+``_html_elements``), so a lost or moved placeholder is put back as in ``format: "html"``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
+from transduce.service.htmldoc import KEPT_INLINE, VOID
 from transduce.service.htmlnodes import Atom, Inline, Node, Tag
 from transduce.service.htmlunits import Unit
 
@@ -53,8 +55,11 @@ _LINK = re.compile(
     r"(?:\((?:<[^<>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?\s*\)"
     r"|\[[^\[\]]*\])"
 )
+_START_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)(?:\s[^<>]*)?/?>")  # an inline HTML piece of _KEPT's, paired
+_END_TAG = re.compile(r"</([A-Za-z][A-Za-z0-9-]*)\s*>")  # by _html_elements
+MAX_INLINE_DEPTH = 32  # HTML elements nested deeper in a Markdown text stay tags of their own (no deep recursion)
 _MASK = "\ue000"  # stands for a kept piece while links are looked for, so none is found inside one
-_SENTINEL = re.compile(r"(</?[klb]\d+>)|&(amp|lt|gt|nbsp);")  # Unit.render's markup for our pieces, its escapes
+_SENTINEL = re.compile(r"(</?[klbh]\d+>)|&(amp|lt|gt|nbsp);")  # Unit.render's markup for our pieces, its escapes
 _ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "nbsp": "\u00a0"}
 _STARTS_BLOCK = re.compile(r"(?:[-+*]|#{1,6}|\d{1,9}[.)]|=+|-+)(?:\s|$)|>|`{3}|~{3}|\|")  # at a line's start
 
@@ -88,6 +93,36 @@ def _kept_spans(text: str) -> list[tuple[int, int]]:
             spans.append((start, end))
         at = end
     return spans
+
+
+def _html_elements(
+    text: str, atoms: list[tuple[int, int]]
+) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]]]:
+    """The inline HTML of a text, its start and end tags (kept pieces among ``atoms``) paired as the elements they
+    open and close: (start tag's start and end, end tag's start and end) for an element whose text is translated
+    with its sentence (``<b>bold</b>``: the tags go back around its translation, never crossed), and (start, end)
+    for one never translated (``KEPT_INLINE``: ``<code>ls</code>`` is kept whole, as in HTML). A tag left unpaired
+    (a void element, ``<br/>``, a start tag never closed, an end tag never opened, one nested over ``MAX_INLINE_DEPTH``
+    deep) stays a piece of its own."""
+    open_tags: list[tuple[str, int, int]] = []
+    elements: list[tuple[int, int, int, int]] = []
+    whole: list[tuple[int, int]] = []
+    for start, end in atoms:
+        piece = text[start:end]
+        if (tag := _START_TAG.fullmatch(piece)) is not None and not piece.endswith("/>"):
+            if tag[1].lower() not in VOID and len(open_tags) < MAX_INLINE_DEPTH:
+                open_tags.append((tag[1].lower(), start, end))
+        elif (tag := _END_TAG.fullmatch(piece)) is not None and any(n == tag[1].lower() for n, _, _ in open_tags):
+            while open_tags[-1][0] != tag[1].lower():  # what opened inside it and never closed: pieces of their own
+                open_tags.pop()
+            name, opened, after = open_tags.pop()
+            if name in KEPT_INLINE:
+                whole.append((opened, end))
+            else:
+                elements.append((opened, after, start, end))
+    outermost = [w for w in whole if not any(o != w and o[0] <= w[0] and w[1] <= o[1] for o in whole)]
+    inside = [e for e in elements if any(s <= e[0] and e[3] <= t for s, t in outermost)]
+    return [e for e in elements if e not in inside], outermost
 
 
 def _heading(line: str) -> tuple[str, str, str] | None:
@@ -129,6 +164,9 @@ class MarkdownText:
         self.kept: dict[str, str] = {}
         self.first, self.rest, self.width, self.kind = first, rest, width, kind
         atoms = _kept_spans(text)
+        elements, whole = _html_elements(text, atoms)
+        if whole:  # an element kept whole (<code>ls</code>) is one piece: nothing inside it is looked at
+            atoms = [a for a in atoms if not any(s <= a[0] and a[1] <= e for s, e in whole)] + whole
         chars = list(text)
         for start, end in atoms:
             chars[start:end] = _MASK * (end - start)
@@ -138,14 +176,18 @@ class MarkdownText:
                 links.append((m.start(), m.start("text"), m.end("text"), m.end()))
             else:  # nothing to translate in it ([1](#note), a URL as its own text): kept whole
                 atoms.append((m.start(), m.end()))
-        spans = sorted(atoms + [(s, e) for s, _, _, e in links], key=lambda span: (span[0], -span[1]))
-        top: list[tuple[int, int]] = []
-        for span in spans:
-            if not top or span[0] >= top[-1][1]:
-                top.append(span)
-        self.text, self.atoms, self.breaks = text, sorted(atoms), breaks
-        self.links = {s: (ts, te) for s, ts, te, _ in links}
-        self.unit = Unit(self._nodes(0, len(text), top))
+        # inline elements, translated with their sentence: links, and HTML elements that cross no link
+        self.inline = {s: (ts, te) for s, ts, te, _ in links}
+        spans = [(s, e) for s, _, _, e in links]
+        tags: set[tuple[int, int]] = set()
+        for s, ts, te, e in elements:
+            if all(e <= ls or s >= le or lts <= s < e <= lte or ts <= ls < le <= te for ls, lts, lte, le in links):
+                self.inline[s] = (ts, te)
+                spans.append((s, e))
+                tags.update(((s, ts), (te, e)))  # its tags are the element's now
+        atoms = [a for a in atoms if a not in tags]
+        self.text, self.breaks = text, breaks
+        self.unit = Unit(self._nodes(0, len(text), sorted(atoms + spans, key=lambda span: (span[0], -span[1]))))
 
     def _tag(self, kind: str, piece: str, closing: str | None = None) -> str:
         name = f"{kind}{len(self.kept)}"
@@ -154,26 +196,26 @@ class MarkdownText:
             self.kept[f"</{name}>"] = closing
         return name
 
-    def _nodes(self, lo: int, hi: int, spans: list[tuple[int, int]], links: bool = True) -> list[Node]:
-        """The text from ``lo`` to ``hi`` around ``spans``: kept pieces (atoms), and links (inline elements)."""
+    def _nodes(self, lo: int, hi: int, spans: list[tuple[int, int]]) -> list[Node]:
+        """The text from ``lo`` to ``hi`` around ``spans`` (those within it, by start, the longest first): kept
+        pieces (atoms), and links and HTML elements (inline elements, with what they hold)."""
         text, nodes, at = self.text, list[Node](), lo
-        for start, end in spans:
+        for k, (start, end) in enumerate(spans):
+            if start < at:  # inside the span before: part of its element, or of nothing translated
+                continue
             if start > at:
                 nodes.append(text[at:start])
-            inner = self.links.get(start) if links else None
+            inner = self.inline.get(start)
             if inner is None and start in self.breaks:
                 nodes.append(Atom(f"<{self._tag('b', self.breaks[start])}>", hard_break=True))
             elif inner is None:
                 nodes.append(Atom(f"<{self._tag('k', text[start:end].replace(chr(10), ' '))}>"))
             else:
                 ts, te = inner
-                name = self._tag("l", text[start:ts], text[te:end].replace("\n", " "))
-                inside, k = [], bisect_left(self.atoms, (ts, ts))  # the kept pieces in the link's text
-                while k < len(self.atoms) and self.atoms[k][0] < te:
-                    if self.atoms[k][1] <= te:
-                        inside.append(self.atoms[k])
-                    k += 1
-                nodes.append(Inline(Tag(name), self._nodes(ts, te, inside, links=False)))
+                kind = "l" if text[start] == "[" else "h"
+                name = self._tag(kind, text[start:ts].replace("\n", " "), text[te:end].replace("\n", " "))
+                inside = spans[k + 1 : bisect_left(spans, te, lo=k + 1, key=lambda span: span[0])]
+                nodes.append(Inline(Tag(name), self._nodes(ts, te, inside)))
             at = end
         if at < hi:
             nodes.append(text[at:hi])

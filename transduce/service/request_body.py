@@ -18,6 +18,7 @@ from transduce.service.config import Settings
 from transduce.service.errors import CLIENT_GONE, ApiError
 from transduce.service.field_errors import MAX_DIGITS, form_number, validation_message
 from transduce.service.glossary import SHAPE, entry_problem
+from transduce.service.multipart import ClosingBoundary, read_multipart
 from transduce.service.schemas import TranslateRequest
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -104,7 +105,8 @@ def _decoded_pairs(raw: bytes, charset: str, what: str) -> list[tuple[str, str |
 
 async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
     """A form body's fields. A urlencoded one is read here, as UTF-8 unless its Content-Type names another charset
-    (Starlette's parser reads raw bytes as Latin-1, garbling `curl -d 'q=schöne Grüße'`); multipart by Starlette."""
+    (Starlette's parser reads raw bytes as Latin-1, garbling `curl -d 'q=schöne Grüße'`); multipart by
+    ``multipart.read_multipart``, as strictly (a field not in the charset, or a body cut short, is a 422)."""
     media, params = content_type(request)
     if media == FORM_TYPES[0]:
         charset = params.get("charset", "").lower() or "utf-8"
@@ -113,13 +115,13 @@ async def _parse_form(request: Request, body: bytes) -> dict[str, Any]:
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
 
+    ending = ClosingBoundary(params.get("boundary", ""))
+    ending.feed(body)
+    form = await read_multipart(Request(request.scope, replay), params, ending=ending)
     try:
-        form = await Request(request.scope, replay).form()
-    except Exception:  # noqa: BLE001 - multipart parser errors come in several types
-        raise ApiError(
-            422, "form body cannot be parsed: send application/x-www-form-urlencoded or valid multipart"
-        ) from None
-    return _form_fields(form)
+        return _form_fields(form)
+    finally:
+        await form.close()  # a file part (not a field here) was spooled
 
 
 def _query_fields(request: Request) -> dict[str, Any]:

@@ -40,10 +40,13 @@ async def detect(request: Request, state: StateDep) -> list[DetectedLanguage]:
     req = await read_body_as(request, state.settings, DetectRequest, "q")
     accepted_key(state, request, req.api_key)
     pipeline = get_pipeline(state)
-    text = req.q if isinstance(req.q, str) else "\n".join(req.q)
+    texts = [req.q] if isinstance(req.q, str) else req.q
+    if len(texts) > state.settings.max_items:  # the limits of /translate, counted as there: the texts as sent
+        raise ApiError(400, f"q has {len(texts)} texts, over the limit of {state.settings.max_items} (max_items)")
+    check_chars(sum(map(len, texts)), state.settings)
+    text = "\n".join(texts)  # a list is detected as one text
     if not text.strip():
         raise ApiError(400, "q is empty: send the text whose language to detect")
-    check_chars(len(text), state.settings)
     languages = model_languages(pipeline.translator)
     detector = await get_detector(languages)
     ranked = detector.rank(clean_text(text), detect_order(detector.languages))

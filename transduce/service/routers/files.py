@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 from starlette.datastructures import FormData, UploadFile
-from starlette.requests import ClientDisconnect
+from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 from starlette.types import Message, Receive
 
 from transduce.engine.text import segment, split_long
@@ -32,8 +32,9 @@ from transduce.service.deps import StateDep, accepted_key, get_pipeline, rate_be
 from transduce.service.detect import MAX_DETECT_CHARS, get_detector
 from transduce.service.documents import MEDIA_TYPES, Document, read_document, too_many_chars
 from transduce.service.errors import ApiError
-from transduce.service.filestore import StoreFullError, ascii_name, disk_full
+from transduce.service.filestore import StoreFullError, ascii_name
 from transduce.service.glossary import mask_text
+from transduce.service.multipart import ClosingBoundary, read_multipart
 from transduce.service.observability import RequestTiming
 from transduce.service.request_body import content_type
 from transduce.service.routers.translate import until_disconnect
@@ -174,7 +175,7 @@ async def source_language(document: Document, source: str, target: str, state: A
     return DetectedLanguage(language=language, confidence=round(sum(votes[language]) / len(windows), 1))
 
 
-def _bounded(request: Request, settings: Settings, ending: _Ending) -> Receive:
+def _bounded(request: Request, settings: Settings, ending: ClosingBoundary) -> Receive:
     """The request's ``receive``, counting the body: 413 once it is over max_file_bytes + FORM_ALLOWANCE (as its
     Content-Length declares it, before anything is read, so an honest client is told before it sends the file rather
     than cut off while sending it; else as it arrives), 408 when it has not all arrived ``request_read_timeout_s``
@@ -218,58 +219,9 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
     media, params = content_type(request)
     if media != "multipart/form-data":
         raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
-    if "boundary" in params and not params["boundary"]:
-        raise ApiError(422, "the multipart boundary is empty: RFC 2046 wants 1 to 70 characters")
-    ending = _Ending(b"\r\n--" + params.get("boundary", "").encode("latin-1") + b"--")
-    try:
-        form = await Request(request.scope, _bounded(request, settings, ending)).form(max_files=1, max_fields=8)
-    except (ApiError, ClientDisconnect):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the multipart parser raises several types
-        if disk_full(exc):  # an upload over 1 MB is spooled to the temp dir
-            raise ApiError(503, "no disk space left to receive the file: retry later", {"Retry-After": "60"}) from None
-        raise ApiError(422, f"the multipart body cannot be read: {_form_problem(exc)}") from None
-    if params.get("boundary") and not ending.seen:  # the parser keeps what came before, silently
-        await form.close()
-        raise ApiError(422, "the multipart body ends before its closing boundary: it was cut short, send it whole")
-    return form
-
-
-class _Ending:
-    """Whether a multipart body's closing boundary went by, looked for in the stream as it arrives (whatever follows
-    it: an epilogue of any length is legal), keeping only the bytes a boundary split across reads needs. ``closing``
-    starts with the CRLF that precedes every delimiter, so the boundary's text inside a part never counts (a body
-    starts as if after one)."""
-
-    def __init__(self, closing: bytes) -> None:
-        self.closing, self.seen, self._carry = closing, False, b"\r\n"
-
-    def feed(self, data: bytes) -> None:
-        if not self.seen and data:
-            window = self._carry + data
-            self.seen = self.closing in window
-            self._carry = window[-(len(self.closing) - 1) :] if len(self.closing) > 1 else b""
-
-
-def _form_problem(exc: Exception) -> str:
-    """Why starlette's multipart parser refused a body, in this API's terms (its own messages name its limits)."""
-    said: list[str] = []
-    seen: BaseException = exc  # the parser's own error too, which starlette wraps twice as "Invalid multipart data"
-    for _ in range(4):
-        said.append(str(getattr(seen, "detail", "") or seen))
-        if (nxt := seen.__cause__ or seen.__context__) is None:
-            break
-        seen = nxt
-    detail = " ".join(said).lower()
-    if "too many files" in detail:
-        return "send one file, in the field file"
-    if "too many fields" in detail:
-        return "it has too many fields (send file, source and target; api_key and format are optional)"
-    if "boundary" in detail:
-        return "its Content-Type has no boundary, so the parts cannot be told apart"
-    if "header size" in detail:  # the parser's limit on one part's headers: 4 KiB and a little
-        return "a part's headers take more than 4 KiB (a file name that long?): send the file under a shorter name"
-    return "it is not well-formed multipart/form-data"
+    ending = ClosingBoundary(params.get("boundary", ""))
+    bounded = Request(request.scope, _bounded(request, settings, ending))
+    return await read_multipart(bounded, params, ending=ending, max_files=1, max_fields=8)
 
 
 @router.post(
@@ -361,12 +313,49 @@ def _store_full(exc: StoreFullError) -> ApiError:
     return ApiError(503, exc.message, {"Retry-After": str(exc.retry_after)})
 
 
+class _Download(FileResponse):
+    """Starlette's file response, but a malformed ``Range`` header is ignored (the whole file is sent, 200, as RFC
+    9110 lets a server do and nginx does) instead of a plain-text 400; ``download_file`` answers an unsatisfiable one
+    (416) in JSON before this response exists."""
+
+    @classmethod
+    def _parse_range_header(cls, http_range: str, file_size: int) -> list[tuple[int, int]]:
+        try:
+            return super()._parse_range_header(http_range, file_size)
+        except MalformedRangeHeader:
+            return []
+
+
+def _unsatisfiable(request: Request, size: int) -> ApiError | None:
+    """A 416 in this API's words for a ``Range`` that starts at or past the file's end, where Starlette would send
+    one with an empty plain-text body (with ``If-Range`` the file may be sent whole instead: left to Starlette)."""
+    http_range = request.headers.get("range")
+    if http_range is None or "if-range" in request.headers:
+        return None
+    try:
+        FileResponse._parse_range_header(http_range, size)
+    except RangeNotSatisfiable:
+        return ApiError(
+            416, f"the range asked for starts past the file's end ({size} bytes)", {"Content-Range": f"bytes */{size}"}
+        )
+    except MalformedRangeHeader:
+        pass  # ignored: the whole file
+    return None
+
+
 @router.get("/download_file/{file_id}/{name}", responses={404: ERROR_RESPONSES[404]})
-async def download_file(file_id: str, name: str, state: StateDep) -> FileResponse:
-    """A translated file, until ``file_ttl_s`` after it was made (never sniffed, never run by the browser)."""
+async def download_file(file_id: str, name: str, request: Request, state: StateDep) -> FileResponse:
+    """A translated file, until ``file_ttl_s`` after it was made (never sniffed, never run by the browser); a
+    ``Range`` of it as Starlette serves one, a malformed one ignored."""
     path = state.files.find(file_id, name)
     if path is None:
         raise ApiError(404, f"no such file: translated files are kept for {state.settings.file_ttl_s:g} s")
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:  # expired between find() and here
+        raise ApiError(404, f"no such file: translated files are kept for {state.settings.file_ttl_s:g} s") from None
+    if (refused := _unsatisfiable(request, size)) is not None:
+        raise refused
     media_type = MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
     # RFC 6266: the name in ASCII for every client, and as written for those that read filename* (curl -J,
     # browsers); Starlette sends only the latter for a name outside ASCII
@@ -374,4 +363,4 @@ async def download_file(file_id: str, name: str, state: StateDep) -> FileRespons
     if quote(name) != name:
         disposition += f"; filename*=utf-8''{quote(name)}"
     headers = {**DOWNLOAD_HEADERS, "Content-Disposition": disposition}
-    return FileResponse(path, media_type=media_type, headers=headers)
+    return _Download(path, media_type=media_type, headers=headers)
