@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
+from transduce.engine.errors import (
+    BatcherClosedError,
+    DeadlineExceededError,
+    InputTooLongError,
+    QueueFullError,
+    RequestTooLargeError,
+)
 from transduce.engine.options import (
     TOKENS_IN_FLIGHT_CPU,
     TOKENS_IN_FLIGHT_CUDA,
@@ -347,6 +353,40 @@ async def test_a_long_sentence_is_not_starved_by_a_stream_of_short_ones(tiny_tra
     starved_by = stepped[min(queued_at + 2 + 6 + 1, len(stepped) - 1)]
     assert not [short for sent, short in shorts if sent > starved_by and short.started < timed.started]
     assert [timed.result.tokens[0]] == standalone(tiny_translator, [long], "en", "de", options)[0]
+
+
+async def test_a_sentence_capped_at_one_piece_joins_a_running_batch_without_failing_it(
+    tiny_translator: Translator,
+) -> None:
+    """A ratio under 1 and no extra length give a short source a cap of 1 (it was 0, refused by the search after the
+    newcomer's rows were merged: the request running beside it failed at the next step)."""
+    long = DecodeOptions(beam_size=1, min_decoding_length=20, max_decoding_length=20)
+    tight = DecodeOptions(beam_size=1, max_length_ratio=0.3, extra_decoding_length=0)
+    short = [t for t in ("a", ".", "Ja", "Haus") if len(tiny_translator.tokenizer.encode_source(t, "en")) <= 3][:1]
+    assert short  # tag, piece, eos: a cap of int(0.3 * 3) + 0 = 0 before
+    async with running(tiny_translator, join_every_steps=1) as (scheduler, steps):
+        first = asyncio.create_task(scheduler.submit(EN[:1], source_lang="en", target_lang="de", options=long))
+        await wait_for(lambda: len(steps) >= 3)
+        second = await asyncio.wait_for(
+            scheduler.submit(["Haus"], source_lang="de", target_lang="en", options=tight), 30
+        )
+        running_one = await asyncio.wait_for(first, 30)
+    assert [t.result.tokens for t in running_one] == standalone(tiny_translator, EN[:1], "en", "de", long)
+    assert [t.result.tokens for t in second] == standalone(tiny_translator, short, "de", "en", tight)
+    assert len(second[0].result.tokens[0]) == 1
+
+
+async def test_a_sentence_over_the_models_source_limit_is_refused_at_submit(tiny_translator: Translator) -> None:
+    """As translate() refuses it, before it is queued: encoded with others, it failed their request too."""
+    limit = tiny_translator.max_source_tokens
+    over = " ".join(["word"] * (limit + 5))
+    async with running(tiny_translator) as (scheduler, _):
+        others = asyncio.create_task(scheduler.submit(EN[:2], source_lang="en", target_lang="de"))
+        with pytest.raises(InputTooLongError, match=f"the model accepts at most {limit}"):
+            await scheduler.submit([EN[2], over], source_lang="en", target_lang="de")
+        done = await asyncio.wait_for(others, 30)
+        assert scheduler.queue_depth == 0
+    assert [t.result.tokens for t in done] == standalone(tiny_translator, EN[:2], "en", "de", DecodeOptions())
 
 
 async def test_an_encoder_failure_fails_only_its_request(

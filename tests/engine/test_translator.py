@@ -205,6 +205,14 @@ def test_output_length_is_capped_relative_to_the_source(tiny_translator: Transla
     assert DecodeOptions(max_decoding_length=7).max_lengths([3, 100], cap=5) == [5, 5]
     with pytest.raises(ValueError, match="max_length_ratio"):
         DecodeOptions(max_length_ratio=0)
+    # never under 1, which the search refuses: a 3-piece source at ratio 0.3 and no extra length got 0
+    assert DecodeOptions(max_length_ratio=0.3, extra_decoding_length=0).max_lengths([3, 1, 10], cap=255) == [1, 1, 3]
+    for ratio in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="max_length_ratio must be a number > 0"):
+            DecodeOptions(max_length_ratio=ratio)
+    for penalty in (float("nan"), float("inf"), -0.1):  # NaN passed and failed later, in the search
+        with pytest.raises(ValueError, match="length_penalty must be a number >= 0"):
+            DecodeOptions(length_penalty=penalty)
     options = DecodeOptions(beam_size=1, min_decoding_length=50)  # eos forbidden: only the cap can stop it
     (result,) = tiny_translator.translate(["Tag"], source_lang="en", target_lang="de", options=options)
     assert len(result.tokens[0]) == 2 * len(tiny_translator.tokenizer.encode_source("Tag", "de")) + 10

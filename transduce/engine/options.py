@@ -4,6 +4,7 @@ limits), validated where they are built."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,12 +40,12 @@ class DecodeOptions:
             raise ValueError(
                 f"num_hypotheses must be between 1 and beam_size ({self.beam_size}), got {self.num_hypotheses}"
             )
-        if self.length_penalty < 0:
-            raise ValueError(f"length_penalty must be >= 0, got {self.length_penalty}")
+        if not 0 <= self.length_penalty < math.inf:  # (NaN passed "< 0" and failed later, in the search)
+            raise ValueError(f"length_penalty must be a number >= 0, got {self.length_penalty}")
         if self.max_decoding_length is not None and self.max_decoding_length < 1:
             raise ValueError(f"max_decoding_length must be >= 1 or None, got {self.max_decoding_length}")
-        if not self.max_length_ratio > 0:
-            raise ValueError(f"max_length_ratio must be > 0, got {self.max_length_ratio}")
+        if not 0 < self.max_length_ratio < math.inf:
+            raise ValueError(f"max_length_ratio must be a number > 0, got {self.max_length_ratio}")
         if self.extra_decoding_length < 0 or self.min_decoding_length < 0:
             raise ValueError("extra_decoding_length and min_decoding_length must be >= 0")
         if self.chunk_size < 1:
@@ -53,10 +54,12 @@ class DecodeOptions:
             raise ValueError(f"no_repeat_ngram_size {problem}")
 
     def max_lengths(self, source_lengths: Sequence[int], cap: int) -> list[int]:
-        """The output length limit of each source (in pieces, tag and eos included), at most ``cap``."""
+        """The output length limit of each source (in pieces, tag and eos included), at most ``cap`` and at least 1
+        (a ratio under 1 with no extra length gave a 3-piece source 0, which the search refuses)."""
         if self.max_decoding_length is not None:
-            return [min(self.max_decoding_length, cap)] * len(source_lengths)
-        return [min(int(self.max_length_ratio * n) + self.extra_decoding_length, cap) for n in source_lengths]
+            return [max(1, min(self.max_decoding_length, cap))] * len(source_lengths)
+        ratio, extra = self.max_length_ratio, self.extra_decoding_length
+        return [max(1, min(int(ratio * n) + extra, cap)) for n in source_lengths]
 
 
 def no_repeat_problem(size: int) -> str | None:

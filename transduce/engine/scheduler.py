@@ -21,7 +21,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from transduce.engine.denormals import flushing_denormals
-from transduce.engine.errors import BatcherClosedError, DeadlineExceededError, QueueFullError, RequestTooLargeError
+from transduce.engine.errors import (
+    BatcherClosedError,
+    DeadlineExceededError,
+    InputTooLongError,
+    QueueFullError,
+    RequestTooLargeError,
+)
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.running import Job, RunningBatch
@@ -122,9 +128,12 @@ class StepScheduler:
         loop = asyncio.get_running_loop()
         request = Request(loop, loop.create_future(), len(texts), deadline, now)
         tokenizer = self.translator.tokenizer
+        limit_tokens = self.translator.max_source_tokens
         for i, text in enumerate(texts):
             slot = Slot(request, i, now)
             ids = tokenizer.encode_source(text, target_lang)
+            if len(ids) > limit_tokens:  # refused here, as translate() does: encoded, it failed its batch-mates too
+                raise InputTooLongError(f"a sentence has {len(ids)} tokens; the model accepts at most {limit_tokens}")
             request.pending.append(Job(ids, options, self._on_done(slot, options), request.over, tag=slot))
         with self._lock:
             if self._closed:  # again under the lock: a worker that crashed meanwhile failed the queue under it
