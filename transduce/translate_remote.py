@@ -32,7 +32,7 @@ MAX_RETRY_WAIT_S = 60.0  # this server's own Retry-After goes up to 60 s (a full
 _LINE_BREAK = re.compile(r"\r?\n")
 LINE_BY_LINE = (400, 413)  # statuses that may be about one text of a request: then each line is sent alone
 # this server's refusal of a sentence over its max_sentence_tokens (``service.validation``): such a text is cut
-_OVER_TOKENS = re.compile(r"has (\d+) tokens, over the limit of (\d+) \(max_sentence_tokens\)")
+_OVER_TOKENS = re.compile(r"has (\d+) tokens, over the (?:model's )?limit of (\d+)")  # (or the model's own limit)
 CUT_TRIES = 6  # budgets tried for the parts of a sentence over max_sentence_tokens, each half the one before
 
 
@@ -328,7 +328,9 @@ def _translate_cut(remote: _Remote, limits: ServerLimits, text: str, problem: st
             if not isinstance(answer, list):
                 if status == 400 and _OVER_TOKENS.search(answer) and budget > 1:
                     break
-                raise TranslateError(f"a part of {len(request[0])} characters of a long sentence failed: {answer}")
+                raise TranslateError(
+                    f"{len(request)} parts of a sentence cut to fit max_sentence_tokens failed: {answer}"
+                )
             translated.extend(answer)
         else:
             spaced = iter(t + piece[len(body) :] for t, piece, body in zip(translated, pieces, bodies, strict=True))
@@ -342,14 +344,20 @@ def _within(budget: int) -> Callable[[str], bool]:
 
 
 def _requests(texts: list[str], limits: ServerLimits) -> Iterator[list[str]]:
-    """``texts`` in consecutive requests of at most ``max_items`` texts and ``max_chars`` characters."""
+    """``texts`` in consecutive requests of at most ``max_items`` texts, ``max_chars`` characters and
+    ``max_sentences`` sentences (as the server segments them)."""
     request: list[str] = []
-    chars = 0
+    chars = sentences = 0
     for text in texts:
-        if request and (len(request) == limits.max_items or chars + len(text) > limits.max_chars):
+        n = len(segment(text).sentences)
+        if request and (
+            len(request) == limits.max_items
+            or chars + len(text) > limits.max_chars
+            or sentences + n > limits.max_sentences
+        ):
             yield request
-            request, chars = [], 0
+            request, chars, sentences = [], 0, 0
         request.append(text)
-        chars += len(text)
+        chars, sentences = chars + len(text), sentences + n
     if request:
         yield request

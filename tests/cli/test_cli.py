@@ -190,10 +190,12 @@ def test_translate_url_cuts_a_sentence_over_max_sentence_tokens_and_keeps_the_li
     from transduce.translate_remote import ServerLimits, _Remote, _translate_cut
 
     sent: list[str] = []
+    requests: list[list[str]] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
         texts = json.loads(request.content)["q"]
         sent.extend(texts)
+        requests.append(texts)
         for text in texts:
             if "forbidden" in text:
                 return httpx.Response(400, json={"error": "that word is not allowed"})
@@ -208,7 +210,7 @@ def test_translate_url_cuts_a_sentence_over_max_sentence_tokens_and_keeps_the_li
         return httpx.Response(200, json={"translatedText": [t.upper() for t in texts]})
 
     args = type("Args", (), {"source": "en", "target": "de", "beam_size": None, "api_key": None})()
-    limits = ServerLimits(max_chars=500, max_items=2, max_sentences=100)
+    limits = ServerLimits(max_chars=500, max_items=3, max_sentences=2)
     line = "  Short one.  One two three four five six seven eight nine ten, eleven twelve thirteen fourteen.  "
     with httpx.Client(base_url="http://server", transport=httpx.MockTransport(answer)) as client:
         remote = _Remote(args, client)
@@ -217,6 +219,8 @@ def test_translate_url_cuts_a_sentence_over_max_sentence_tokens_and_keeps_the_li
         cut = _translate_cut(remote, limits, line, problem)
         assert cut == line.upper()  # every word once, in order, with the line's own spacing
         assert "Short one." in sent and all(len(t.split()) <= 6 for t in sent[sent.index("Short one.") :])
+        for request in requests[1:]:  # within max_items and max_queue_items (sentences as the server counts them)
+            assert len(request) <= 3 and sum(len(segment(t).sentences) for t in request) <= 2, request
         assert _translate_cut(remote, limits, "forbidden words", "server answered 400: not allowed") is None
         with pytest.raises(TranslateError, match="that word is not allowed"):
             _translate_cut(remote, limits, "one two three four five six seven forbidden nine ten.", problem)

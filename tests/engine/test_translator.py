@@ -207,6 +207,7 @@ def test_output_length_is_capped_relative_to_the_source(tiny_translator: Transla
         DecodeOptions(max_length_ratio=0)
     # never under 1, which the search refuses: a 3-piece source at ratio 0.3 and no extra length got 0
     assert DecodeOptions(max_length_ratio=0.3, extra_decoding_length=0).max_lengths([3, 1, 10], cap=255) == [1, 1, 3]
+    assert DecodeOptions(max_length_ratio=1e308).max_lengths([3], cap=255) == [255]  # ratio * 3 is inf: capped
     for ratio in (float("nan"), float("inf")):
         with pytest.raises(ValueError, match="max_length_ratio must be a number > 0"):
             DecodeOptions(max_length_ratio=ratio)

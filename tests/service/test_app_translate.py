@@ -184,8 +184,19 @@ async def test_multipart_bodies_are_read_as_strictly_as_urlencoded_ones(path: st
         latin1 = {"content-type": "multipart/form-data; boundary=B; charset=ISO-8859-1"}
         r = await client.post(path, content=_multipart([("q", "Grüße".encode("latin-1")), *fields[1:]]), headers=latin1)
         assert r.status_code == 200, r.text
+        empty = {"content-type": "multipart/form-data; boundary=B; charset="}  # UTF-8, not Starlette's Latin-1
+        r = await client.post(path, content=bad, headers=empty)
+        assert r.status_code == 422 and "is not utf-8 text" in r.json()["error"], r.text
+        own = b'--B\r\nContent-Disposition: form-data; name="q"\r\nContent-Type: text/plain; charset=latin-1\r\n\r\n'
+        own += "Köln".encode("latin-1") + b"\r\n" + _multipart(fields[1:])  # a part's own charset (RFC 7578 4.4)
+        r = await client.post(path, content=own, headers=multipart)
+        assert r.status_code == 200, r.text
+        r = await client.post(path, content=_multipart([*fields, *[("x", b"1")] * 1000]), headers=multipart)
+        assert r.status_code == 422 and r.json() == {
+            "error": "the multipart body cannot be read: it has too many fields (at most 1,000)"
+        }, r.text
     if path == "/translate":
-        assert fake.translated[1:] == ["Grüße aus Köln", "Grüße"]
+        assert fake.translated[1:] == ["Grüße aus Köln", "Grüße", "Köln"]
     else:
         assert fake.translated[1:] == []
 

@@ -781,6 +781,14 @@ def test_markdown_inline_html_comes_back_paired_and_code_is_never_sent() -> None
     checker.feed("\n".join(out.split("\n\n")[:2]))
     assert checker.open == [], out  # every element closed where it opened, around its words (before: "</b> <b>")
     assert doc.rebuild(doc.units).decode() == text  # the crossing and the deep tags as written, no recursion error
+    for odd in (
+        "Press <kbd>Ctrl  \nAlt</kbd> now.\n",  # a hard break in an element kept whole: the element is not kept
+        "Run <code>ls\\\n-l</code> now.\n",
+        "A <b>x [1](#a</b>) y.\n",  # crossing a link kept whole ([1] has no letters): tags as written, once
+    ):
+        assert (
+            read_document("odd.md", odd.encode()).rebuild(read_document("odd.md", odd.encode()).units) == odd.encode()
+        )
 
 
 def docx_with_link() -> bytes:

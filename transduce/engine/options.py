@@ -59,7 +59,7 @@ class DecodeOptions:
         if self.max_decoding_length is not None:
             return [max(1, min(self.max_decoding_length, cap))] * len(source_lengths)
         ratio, extra = self.max_length_ratio, self.extra_decoding_length
-        return [max(1, min(int(ratio * n) + extra, cap)) for n in source_lengths]
+        return [max(1, min(int(min(ratio * n, cap)) + extra, cap)) for n in source_lengths]  # (1e308 * n: inf)
 
 
 def no_repeat_problem(size: int) -> str | None:

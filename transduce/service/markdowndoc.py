@@ -10,6 +10,7 @@ link's text is translated, its ``](url)`` kept; an inline HTML element's text to
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
@@ -96,14 +97,15 @@ def _kept_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _html_elements(
-    text: str, atoms: list[tuple[int, int]]
+    text: str, atoms: list[tuple[int, int]], breaks: list[int]
 ) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]]]:
-    """The inline HTML of a text, its start and end tags (kept pieces among ``atoms``) paired as the elements they
-    open and close: (start tag's start and end, end tag's start and end) for an element whose text is translated
-    with its sentence (``<b>bold</b>``: the tags go back around its translation, never crossed), and (start, end)
-    for one never translated (``KEPT_INLINE``: ``<code>ls</code>`` is kept whole, as in HTML). A tag left unpaired
-    (a void element, ``<br/>``, a start tag never closed, an end tag never opened, one nested over ``MAX_INLINE_DEPTH``
-    deep) stays a piece of its own."""
+    """The inline HTML of a text, its start and end tags (kept pieces among ``atoms``, in order) paired as the
+    elements they open and close: (start tag's start and end, end tag's start and end) for an element whose text is
+    translated with its sentence (``<b>bold</b>``: the tags go back around its translation, never crossed), and
+    (start, end), outermost only, for one never translated (``KEPT_INLINE``: ``<code>ls</code>`` is kept whole, as
+    in HTML), but for one holding a hard break (at a position of ``breaks``, sorted), whose break must stay as
+    written. A tag left unpaired (a void element, ``<br/>``, a start tag never closed, an end tag never opened, one
+    nested over ``MAX_INLINE_DEPTH`` deep) stays a piece of its own. Linear in the tags (a file may hold thousands)."""
     open_tags: list[tuple[str, int, int]] = []
     elements: list[tuple[int, int, int, int]] = []
     whole: list[tuple[int, int]] = []
@@ -116,13 +118,43 @@ def _html_elements(
             while open_tags[-1][0] != tag[1].lower():  # what opened inside it and never closed: pieces of their own
                 open_tags.pop()
             name, opened, after = open_tags.pop()
-            if name in KEPT_INLINE:
-                whole.append((opened, end))
-            else:
+            if name not in KEPT_INLINE:
                 elements.append((opened, after, start, end))
-    outermost = [w for w in whole if not any(o != w and o[0] <= w[0] and w[1] <= o[1] for o in whole)]
-    inside = [e for e in elements if any(s <= e[0] and e[3] <= t for s, t in outermost)]
-    return [e for e in elements if e not in inside], outermost
+            elif not _covers(breaks, opened, end):
+                whole.append((opened, end))
+    whole.sort()  # they nest, never cross (one stack): the outermost, then the elements outside them
+    outermost: list[tuple[int, int]] = []
+    for span in whole:
+        if not outermost or span[0] >= outermost[-1][1]:
+            outermost.append(span)
+    return [e for e in elements if not _within(outermost, e[0], e[3])], outermost
+
+
+def _covers(points: list[int], start: int, end: int) -> bool:
+    """Whether a position of ``points`` (sorted) lies in [start, end)."""
+    k = bisect_left(points, start)
+    return k < len(points) and points[k] < end
+
+
+def _within(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether [start, end) lies inside one of ``spans`` (sorted, none overlapping)."""
+    k = bisect_right(spans, (start, math.inf)) - 1
+    return k >= 0 and spans[k][0] <= start and end <= spans[k][1]
+
+
+def _crosses_no_link(element: tuple[int, int, int, int], links: list[tuple[int, int, int, int]]) -> bool:
+    """Whether an HTML element and the links (start, text start, text end, end; sorted, none overlapping; a link
+    kept whole has no text: -1, -1) nest: each link it meets lies in the element's text, or the element in a
+    translated link's text."""
+    s, ts, te, e = element
+    i = bisect_right(links, s, key=lambda link: link[3])  # the first link ending after the element's start
+    j = bisect_left(links, e, key=lambda link: link[0])  # the links starting before its end: [i, j)
+    if i >= j:
+        return True
+    ls, lts, lte, le = links[i]
+    if i == j - 1 and ls <= s and e <= le:  # the element inside one link: in its text
+        return lts <= s and e <= lte
+    return ts <= ls and links[j - 1][3] <= te  # the links inside the element's text
 
 
 def _heading(line: str) -> tuple[str, str, str] | None:
@@ -164,24 +196,26 @@ class MarkdownText:
         self.kept: dict[str, str] = {}
         self.first, self.rest, self.width, self.kind = first, rest, width, kind
         atoms = _kept_spans(text)
-        elements, whole = _html_elements(text, atoms)
+        elements, whole = _html_elements(text, atoms, sorted(breaks))
         if whole:  # an element kept whole (<code>ls</code>) is one piece: nothing inside it is looked at
-            atoms = [a for a in atoms if not any(s <= a[0] and a[1] <= e for s, e in whole)] + whole
+            atoms = [a for a in atoms if not _within(whole, *a)] + whole
         chars = list(text)
         for start, end in atoms:
             chars[start:end] = _MASK * (end - start)
-        links = []
+        links, every_link = [], []  # translated ones; and those kept whole too (no text: -1, -1)
         for m in _LINK.finditer("".join(chars)):
             if any(c.isalpha() for c in m.group("text")):
                 links.append((m.start(), m.start("text"), m.end("text"), m.end()))
+                every_link.append(links[-1])
             else:  # nothing to translate in it ([1](#note), a URL as its own text): kept whole
                 atoms.append((m.start(), m.end()))
+                every_link.append((m.start(), -1, -1, m.end()))
         # inline elements, translated with their sentence: links, and HTML elements that cross no link
         self.inline = {s: (ts, te) for s, ts, te, _ in links}
         spans = [(s, e) for s, _, _, e in links]
         tags: set[tuple[int, int]] = set()
         for s, ts, te, e in elements:
-            if all(e <= ls or s >= le or lts <= s < e <= lte or ts <= ls < le <= te for ls, lts, lte, le in links):
+            if _crosses_no_link((s, ts, te, e), every_link):
                 self.inline[s] = (ts, te)
                 spans.append((s, e))
                 tags.update(((s, ts), (te, e)))  # its tags are the element's now

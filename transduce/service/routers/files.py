@@ -221,7 +221,7 @@ async def _read_form(request: Request, settings: Settings) -> FormData:
         raise ApiError(415, "send the file as multipart/form-data with the fields file, source and target")
     ending = ClosingBoundary(params.get("boundary", ""))
     bounded = Request(request.scope, _bounded(request, settings, ending))
-    return await read_multipart(bounded, params, ending=ending, max_files=1, max_fields=8)
+    return await read_multipart(bounded, params, ending=ending, upload=True, max_files=1, max_fields=8)
 
 
 @router.post(
