@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -234,11 +235,13 @@ async def test_a_failed_model_is_reported_never_routed_to_and_takes_nothing_down
         again = await client.post("/translate", json={"q": "Hello.", "source": "en", "target": "fr"})
         spanish = await client.post("/translate", json={"q": "Hello.", "source": "en", "target": "es"})
         german = await client.post("/translate", json={"q": "Hello.", "source": "en", "target": "de"})
+        through = await client.post("/translate", json={"q": "Hallo.", "source": "de", "target": "fr"})
         ready = await client.get("/health/ready")
         languages = (await client.get("/languages")).json()
     assert first.status_code == again.status_code == 400
     assert "language pair en->fr is not served (served: de->en, en->de, en->es; through English: de->es)" in first.text
     assert "model fr, which translates it, failed:" in first.text and "does not match the checksum" in first.text
+    assert "model fr, which translates en->fr (through English), failed:" in through.text, through.text
     assert spanish.status_code == 400 and "its canary translation failed: RuntimeError" in spanish.text
     assert german.json() == {"translatedText": alone(engines["de"], "Hello.", "en", "de")[0]}
     assert ready.status_code == 200  # de still serves
@@ -285,3 +288,33 @@ async def test_metrics_are_labelled_per_model_and_the_old_names_stay(models_dir:
     assert metric(text, "transduce_requests_total", status="200") == 4  # the service-wide names are unchanged
     for name in ("transduce_queue_depth", "transduce_cache_hit_ratio", "transduce_padding_ratio"):
         assert re.search(rf"^{name} ", text, re.M), name
+
+
+def test_a_directory_that_cannot_be_read_is_a_failed_model_not_a_failed_scan(
+    models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model directory the server may not look into, a manifest with a number too big for an int, or a file name
+    with a NUL character: each is one failed model (it was a 500 at /admin/reload and a traceback at start-up)."""
+    import transduce.service.registry as registry
+
+    huge = models_dir / "huge"
+    shutil.copytree(models_dir / "de", huge)
+    raw = json.loads((huge / "manifest.json").read_text())
+    (huge / "manifest.json").write_text(json.dumps(raw).replace('"max_positions": ', '"max_positions": 1e400, "x": '))
+    nul = models_dir / "nul"
+    shutil.copytree(models_dir / "de", nul)
+    (nul / "manifest.json").write_text(json.dumps({**raw, "checksums": {**raw["checksums"], "a\u0000b": "0"}}))
+    (models_dir / "locked").mkdir()
+    load = registry.load_manifest
+
+    def denied(path: Path, **kwargs: bool) -> object:
+        if Path(path).name == "locked":  # (as root, chmod 000 would not stop the scan)
+            raise PermissionError(13, "Permission denied", str(path))
+        return load(path, **kwargs)
+
+    monkeypatch.setattr(registry, "load_manifest", denied)
+    specs = {spec.name: spec for spec in scan(str(models_dir))}
+    assert {n for n, spec in specs.items() if spec.error is None} == {"de", "es", "fr", "nul"}
+    assert "lacks a required field or has a wrong type" in str(specs["huge"].error)
+    assert "its manifest cannot be read: PermissionError" in str(specs["locked"].error)
+    assert specs["nul"].fingerprint  # the odd name counts as missing in the fingerprint

@@ -190,6 +190,10 @@ async def test_hot_reload_during_a_burst_fails_no_request(models_dir: Path, tmp_
         assert new.status_code == 200  # answered by the new version while the old one is still held
         assert pool.entries["fr"] is not old and pool.entries["fr"].spec.model_name == "tiny-random-fr-v2"
         assert old in pool.retiring and old.state == "ready" and not held.done()
+        during = (await client.get("/health/ready")).json()["models"]
+        assert [m["state"] for m in during if m["name"] == "fr"] == ["ready", "retiring"]  # both versions shown
+        in_use = metric((await client.get("/metrics")).text, "transduce_model_memory_bytes", model="fr")
+        assert in_use == old.memory_bytes + pool.entries["fr"].memory_bytes  # the old version's memory counts
         gate.release()
         assert (await held).status_code == 200
         await wait_until(lambda: old.state == "unloaded" and not pool.retiring, timeout_s=10)
@@ -203,6 +207,55 @@ async def test_hot_reload_during_a_burst_fails_no_request(models_dir: Path, tmp_
     assert {m["name"]: m["model"] for m in ready["models"]}["fr"] == "tiny-random-fr-v2"
     assert {m["name"] for m in ready["models"]} == {"de", "fr", "spanish"}
     assert [lang["targets"] for lang in languages if lang["code"] == "en"] == [["de", "es", "fr"]]
+
+
+def staged_swap(models_dir: Path, name: str, aside: Path, model_name: str) -> None:
+    """README's replacement: a copy prepared beside the models (a hidden directory), then renamed into place."""
+    shutil.copytree(models_dir / name, models_dir / ".staging" / name)
+    manifest = models_dir / ".staging" / name / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "model_name": model_name}))
+    os.rename(models_dir / name, aside)
+    os.rename(models_dir / ".staging" / name, models_dir / name)
+
+
+async def test_a_reload_under_a_budget_keeps_the_old_version_until_the_new_one_serves(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    """With a budget below one model, replacing a loaded model unloaded the version serving to make room for the new
+    one, a request then loaded the old entry again from the new files, and the new version was evicted: one load of
+    the new version now, the old one kept (over the budget, logged) until it is idle."""
+    async with serve_models(models_dir, memory_budget_mb=0.01, admin_key="s3cret") as (client, app):
+        pool = app.state.transduce.pool
+        assert (await client.post("/translate", json=to("fr"))).status_code == 200
+        old = pool.entries["fr"]
+        staged_swap(models_dir, "fr", tmp_path / "fr-old", "tiny-random-fr-v2")
+        report = await client.post("/admin/reload", headers=ADMIN)
+        assert report.status_code == 200 and report.json()["replaced"] == ["fr"], report.text
+        answer = await client.post("/translate", json=to("fr"))
+        text = (await client.get("/metrics")).text
+        assert pool.entries["fr"].state == "ready" and pool.entries["fr"].spec.model_name == "tiny-random-fr-v2"
+        assert old.state == "unloaded" and not pool.retiring
+    assert answer.status_code == 200
+    assert metric(text, "transduce_model_loads_total", model="fr", outcome="ok") == 2  # the first, then the new one
+    assert metric(text, "transduce_model_evictions_total", model="fr", reason="budget") == 0
+
+
+async def test_a_model_whose_files_changed_before_a_reload_is_not_loaded_as_the_old_one(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    """es is swapped on disk (not loaded yet) and a request comes before the reload: the old entry loaded the new
+    files and served them under the old pairs; it is now a failed model that says to reload, and the reload serves
+    the new version."""
+    async with serve_models(models_dir, admin_key="s3cret") as (client, app):
+        assert app.state.transduce.pool.entries["es"].state == "unloaded"
+        staged_swap(models_dir, "es", tmp_path / "es-old", "marian-es-v2")
+        early = await client.post("/translate", json=to("es"))
+        ready = {m["name"]: m for m in (await client.get("/health/ready")).json()["models"]}
+        report = await client.post("/admin/reload", headers=ADMIN)
+        late = await client.post("/translate", json=to("es"))
+    assert early.status_code == 400 and "files changed on disk since the models were scanned" in early.text
+    assert ready["es"]["state"] == "failed" and "reload the server" in ready["es"]["reason"]
+    assert report.json()["replaced"] == ["es"] and late.status_code == 200, late.text
 
 
 async def test_the_admin_endpoint_needs_its_key(models_dir: Path) -> None:

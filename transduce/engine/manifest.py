@@ -82,12 +82,15 @@ def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifes
     """Read and validate ``model_dir/manifest.json``; every problem raises ModelLoadError saying what to fix."""
     model_dir = Path(model_dir)
     path = model_dir / names.MANIFEST_FILE
-    if model_dir.exists() and not model_dir.is_dir():
-        raise ModelLoadError(f"{model_dir} is a file, not a model directory (`transduce export` writes one)")
-    if not model_dir.is_dir():
-        raise ModelLoadError(f"model directory {model_dir} does not exist (export one with `transduce export`)")
-    if not path.is_file():
-        raise ModelLoadError(f"{path} is missing: {model_dir} is not a transduce ONNX model directory")
+    try:
+        if model_dir.exists() and not model_dir.is_dir():
+            raise ModelLoadError(f"{model_dir} is a file, not a model directory (`transduce export` writes one)")
+        if not model_dir.is_dir():
+            raise ModelLoadError(f"model directory {model_dir} does not exist (export one with `transduce export`)")
+        if not path.is_file():
+            raise ModelLoadError(f"{path} is missing: {model_dir} is not a transduce ONNX model directory")
+    except (OSError, ValueError) as exc:  # no permission to look inside; a name with a NUL character
+        raise ModelLoadError(f"{path} cannot be read: {exc.strerror if isinstance(exc, OSError) else exc}") from exc
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -118,7 +121,7 @@ def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifes
             raw=raw,
             dtype=str(raw.get("dtype", "float32")),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (int(1e400): OverflowError)
         raise ModelLoadError(f"{path} lacks a required field or has a wrong type: {exc!r}") from exc
     if manifest.dtype not in DTYPES:
         raise ModelLoadError(f"{path} has dtype {manifest.dtype!r}; this engine reads {' or '.join(DTYPES)}")

@@ -139,6 +139,8 @@ async def _serve_models(state: AppState) -> AsyncIterator[None]:
             await pool.reload()
         except ModelLoadError as exc:  # e.g. the models directory is gone: the models loaded go on serving
             log.error("SIGHUP: models not reloaded: %s", exc)
+        except Exception:  # (an unexpected fault: logged with its traceback, not "Task exception was never retrieved")
+            log.exception("SIGHUP: models not reloaded")
 
     def on_hangup() -> None:
         if not sighup_keys(state):

@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from transduce.service.observability import LATENCY_BUCKETS
 
 LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-STATES = ("unloaded", "loading", "ready", "failed")
+STATES = ("unloaded", "loading", "ready", "failed", "retiring")  # retiring: removed by a reload, still in use
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,11 @@ used over the memory budget, swapped on reload.
   and the last loaded model stays (a budget smaller than one model serves one model at a time).
 - **Reload** (``reload``): the directories are scanned again; a new directory is added (unloaded), a removed one is
   no longer routed to and unloads once its last request is done, a replaced one (changed fingerprint) that was loaded
-  has its new version loaded and canaried first, then new requests go to it while requests already holding the old
-  version finish on it, and the old version unloads when idle; a model that had failed is read again (``retried``)
-  and loads on first use. No request fails for a reload.
+  has its new version loaded and canaried first (the old one is never unloaded for the budget meanwhile), then new
+  requests go to it while requests already holding the old version finish on it, and the old version unloads when
+  idle; a model that had failed is read again (``retried``) and loads on first use. No request fails for a reload. A
+  load never reads a directory whose files changed since the scan (its fingerprint): that model fails, saying to
+  reload, and an entry a reload retired while it waited to load is not loaded (its requests are routed again).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from transduce.service.model_entry import (
 from transduce.service.model_metrics import ModelGauge, ModelMetrics
 from transduce.service.observability import LatencyWindow, Metrics
 from transduce.service.pipeline import TranslationPipeline, run_canary
-from transduce.service.registry import ModelSpec, Route, RouteTable, scan
+from transduce.service.registry import ModelSpec, Route, RouteTable, fingerprint, scan
 
 log = logging.getLogger("transduce.service")
 
@@ -71,6 +73,9 @@ class ModelPool:
         self.entries: dict[str, ModelEntry] = {}
         self.routes = RouteTable({})
         self.retiring: set[ModelEntry] = set()  # replaced or removed, still loaded: in use by earlier requests
+        self._pinned: set[ModelEntry] = (
+            set()
+        )  # never unloaded for the budget: a version serving while its new one loads
         self.scanned = self.closing = False
         self.budget_bytes = int(settings.memory_budget_mb * MB)
         self._load_lock = asyncio.Lock()
@@ -129,17 +134,31 @@ class ModelPool:
         return None
 
     def health(self) -> list[dict[str, Any]]:
-        """Every model's state, for /health/ready."""
-        return [e.health() for e in self.entries.values()]
+        """Every model's state, for /health/ready; a version a reload replaced or removed that requests still use
+        has a line of its own (state ``retiring``)."""
+        retiring = sorted(self.retiring, key=lambda e: e.spec.name)
+        return [e.health() for e in self.entries.values()] + [{**e.health(), "state": "retiring"} for e in retiring]
 
     def gauges(self) -> list[ModelGauge]:
-        """Every model's live facts, for /metrics."""
-        return [
-            ModelGauge(
-                n, e.state, e.memory_bytes, e.in_flight, e.pipeline.queue.queue_depth if e.pipeline is not None else 0
+        """Every model's live facts, for /metrics: a retiring version's memory, requests and queue count with its
+        name's (a removed model's: in state ``retiring``)."""
+        gauges: dict[str, ModelGauge] = {}
+        for e in (*self.entries.values(), *sorted(self.retiring, key=lambda e: e.spec.name)):
+            n, queued = e.spec.name, e.pipeline.queue.queue_depth if e.pipeline is not None else 0
+            had = gauges.get(n)
+            state = e.state if n in self.entries and e is self.entries[n] else "retiring"
+            gauges[n] = (
+                ModelGauge(n, state, e.memory_bytes, e.in_flight, queued)
+                if had is None
+                else ModelGauge(
+                    n,
+                    had.state,
+                    had.memory_bytes + e.memory_bytes,
+                    had.in_flight + e.in_flight,
+                    had.queue_depth + queued,
+                )
             )
-            for n, e in self.entries.items()
-        ]
+        return list(gauges.values())
 
     def loaded(self) -> list[ModelEntry]:
         """Every loaded model version, retiring ones included."""
@@ -207,6 +226,8 @@ class ModelPool:
         while entry.state not in ("ready", "failed"):
             if self.closing:
                 raise BatcherClosedError("the server is shutting down")
+            if entry.retired:  # a reload replaced or removed it, unloaded: the route is computed again
+                raise ModelUnavailableError(entry.spec.name)
             if entry.loading is None:
                 entry.loading = asyncio.create_task(self._load(entry), name=f"transduce-load-{entry.spec.name}")
             left = None if deadline is None else deadline - time.monotonic()  # at or below 0: only if already done
@@ -220,6 +241,13 @@ class ModelPool:
         started = time.monotonic()
         try:
             async with self._load_lock:  # one load at a time: each one's memory is measured alone
+                if entry.retired:  # replaced or removed while it waited: its directory may hold another version now
+                    return
+                if await asyncio.to_thread(fingerprint, spec.path, spec.manifest) != spec.fingerprint:
+                    raise ModelLoadError(  # (it loaded the new files as the old version, routed by the old pairs)
+                        "its files changed on disk since the models were scanned: reload the server (SIGHUP or "
+                        "POST /admin/reload) to serve what is there now"
+                    )
                 entry.state = "loading"
                 self._enforce_budget(self._measured.get(spec.fingerprint) or graphs_bytes(spec), keep=entry)
                 if self._tasks:  # what unloaded models free is given back before this load is measured
@@ -280,7 +308,11 @@ class ModelPool:
         while self._used_bytes() + incoming > self.budget_bytes:
             if len(self.loaded()) + (1 if incoming else 0) <= 1:
                 break  # one model always stays, even over the budget: a budget below one model serves one at a time
-            idle = [e for e in self.entries.values() if e.state == "ready" and e.in_flight == 0 and e is not keep]
+            idle = [
+                e
+                for e in self.entries.values()
+                if e.state == "ready" and e.in_flight == 0 and e is not keep and e not in self._pinned
+            ]
             if not idle:
                 if not self._over_budget:
                     log.warning(
@@ -341,7 +373,11 @@ class ModelPool:
             fresh = {n: self._entry(specs[n]) for n in (*added, *replaced, *retried)}
             for n in replaced:  # a loaded model's new version is loaded and canaried while the old one serves
                 if old[n].state in ("ready", "loading") and fresh[n].state == "unloaded":
-                    await self._ensure_loaded(fresh[n])
+                    self._pinned.add(old[n])  # (the budget unloaded it to make room, and a request loaded it again)
+                    try:
+                        await self._ensure_loaded(fresh[n])
+                    finally:
+                        self._pinned.discard(old[n])
             entries = dict(self.entries)
             for n in removed:
                 self._retire(entries.pop(n))

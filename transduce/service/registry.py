@@ -101,7 +101,7 @@ def fingerprint(path: Path, manifest: Manifest | None) -> str:
             try:
                 stat = (path / name).stat()
                 digest.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
-            except OSError:
+            except (OSError, ValueError):  # (a name with a NUL character: ValueError)
                 digest.update(f"{name}:missing;".encode())
     return digest.hexdigest()
 
@@ -113,6 +113,8 @@ def read_spec(path: Path, name: str | None = None) -> ModelSpec:
         manifest = load_manifest(path, check_files=False)
     except ModelLoadError as exc:
         return ModelSpec(name, path, fingerprint(path, None), error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - one directory never takes the scan down (reload, start-up)
+        return ModelSpec(name, path, fingerprint(path, None), error=f"{path}: its manifest cannot be read: {exc!r}")
     if not manifest.pairs:
         return ModelSpec(name, path, fingerprint(path, manifest), manifest, f"{path}: its manifest declares no pairs")
     return ModelSpec(name, path, fingerprint(path, manifest), manifest)
@@ -201,7 +203,15 @@ class RouteTable:
             f"language pair {source}->{target} is not served (served: {pairs_text(self.direct)}; through English: "
             f"{pairs_text(self.pivots)})"
         )
-        broken = sorted(name for name, spec in failed.items() if (source, target) in spec.pairs)
-        if broken:
-            text += f"; model {broken[0]}, which translates it, failed: {reasons.get(broken[0], 'unknown error')}"
+        legs = [(source, target)]
+        if PIVOT not in (source, target):  # a stage of the route through English
+            legs += [(source, PIVOT), (PIVOT, target)]
+        for leg in legs:
+            broken = sorted(name for name, spec in failed.items() if leg in spec.pairs)
+            if broken:
+                what = "it" if leg == (source, target) else f"{leg[0]}->{leg[1]} (through English)"
+                return text + f"; model {broken[0]}, which translates {what}, failed: {reasons.get(broken[0], '?')}"
+        unread = sorted(name for name, spec in failed.items() if not spec.pairs)  # its pairs are unknown
+        if unread:
+            text += f"; model {unread[0]} cannot be read (it may translate it): {reasons.get(unread[0], '?')}"
         return text

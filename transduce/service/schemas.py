@@ -140,7 +140,9 @@ class ModelHealth(BaseModel):
     """One model of a server with several (TRANSDUCE_MODELS), in GET /health/ready."""
 
     name: str = Field(description="the model directory's name")
-    state: Literal["unloaded", "loading", "ready", "failed"]
+    state: Literal["unloaded", "loading", "ready", "failed", "retiring"] = Field(
+        description="retiring: a version a reload replaced or removed, still finishing the requests that use it"
+    )
     reason: str | None = Field(None, description="why a failed model cannot be served")
     model: str | None = Field(None, description="the name recorded at export")
     version: str = Field(description="fingerprint of the directory's manifest and files (changes when replaced)")
