@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -57,6 +58,17 @@ async def test_memory_is_released_once_per_idle_spell_and_never_while_a_request_
             assert (await client.post("/translate", json={"q": "Hello world."})).status_code == 422
         await asyncio.sleep(PERIOD_S * 3)
         assert len(releases) == 3
+
+
+async def test_the_first_release_counts_idle_time_from_start_up(
+    releases: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before any work, a server is idle since it started (the log said "idle for 41162.7 s", the clock's age)."""
+    with caplog.at_level(logging.INFO, logger="transduce.service"):
+        async with serve(idle_release_s=PERIOD_S):
+            await asyncio.sleep(PERIOD_S * 3)
+    found = re.search(r"idle for ([0-9.]+) s", caplog.text)
+    assert len(releases) == 1 and found and float(found[1]) < PERIOD_S * 10, caplog.text
 
 
 async def test_zero_never_releases(releases: list[float]) -> None:

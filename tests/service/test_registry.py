@@ -207,6 +207,49 @@ async def test_translate_file_is_routed_too(models_dir: Path, engines: dict[str,
     assert translated.text == through_english(engines["de"], engines["fr"], text, "de", "fr")[0] + "\n"
 
 
+async def test_a_file_is_cut_as_the_model_its_pair_is_routed_to_counts_tokens(models_dir: Path) -> None:
+    """de is loaded, fr (its own tokenizer) is not: a file's sentences were sized with de's tokenizer, so one that fr
+    counts as over max_sentence_tokens went whole and the file failed; they are now sized as fr counts them."""
+    words = [
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "and",
+        "looked",
+        "at",
+        "the",
+        "dog",
+        "while",
+        "birds",
+        "sang",
+        "in",
+        "old",
+        "trees",
+    ]
+    async with serve_models(models_dir) as (client, app):
+        pool = app.state.transduce.pool
+        de, fr = pool.entries["de"], pool.entries["fr"]
+        counts = [
+            (fr.count_tokens(" ".join(words[:n]) + "."), de.count_tokens(" ".join(words[:n]) + "."), n)
+            for n in range(3, len(words))
+        ]
+    gap = [(f, d, n) for f, d, n in counts if f > d >= 8]
+    assert gap, counts  # the two tokenizers differ somewhere
+    fr_tokens, de_tokens, n = gap[0]
+    sentence = " ".join(words[:n]) + "."
+    async with serve_models(models_dir, max_sentence_tokens=de_tokens) as (client, app):
+        assert app.state.transduce.pool.entries["fr"].state == "unloaded"
+        r = await client.post(
+            "/translate_file",
+            files={"file": ("a.txt", f"{sentence}\n".encode())},
+            data={"source": "en", "target": "fr"},
+        )
+    assert r.status_code == 200, r.text  # before: 400, "a sentence has {fr_tokens} tokens, over the limit"
+
+
 # --- a failed model is kept apart ----------------------------------------------------------------------------------
 
 

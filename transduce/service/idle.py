@@ -28,13 +28,14 @@ async def release_when_idle(state: AppState, release: Callable[[], None] | None 
     period = state.settings.idle_release_s
     tick = min(max(period / 4, 0.05), MAX_TICK_S)
     released: float | None = None  # when the work before the last release ended: none yet
+    began = time.monotonic()  # no work yet: idle since start-up (not since the clock's zero, as it once said)
     while True:
         await asyncio.sleep(tick)
         pool = state.pool
         if state.translating or state.file_jobs or (pool is not None and pool.loading):
             continue
         ended = max(state.last_translation, pool.last_load_end if pool is not None else 0.0)  # the last work's end
-        idle_s = time.monotonic() - ended
+        idle_s = time.monotonic() - max(ended, began)
         if ended == released or idle_s < period:
             continue
         released = ended

@@ -122,7 +122,9 @@ async def translate_units(
     in requests within max_items/max_chars/max_queue_items, all under the deadline ``started + request_timeout_s``;
     with the queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
-    count, most = pipeline.translator.count_tokens, settings.max_queue_items
+    most = settings.max_queue_items
+    counter_for = getattr(pipeline.translator, "counter_for", None)  # several models: as the routed one counts
+    count = counter_for(source, target)[0] if counter_for is not None else pipeline.translator.count_tokens
     unknown: Callable[[str], list[str]] | None = getattr(pipeline.translator, "unknown_runs", None)
 
     def fits(text: str) -> bool:  # counted as validation will count it, what the model cannot spell masked as there
