@@ -11,6 +11,8 @@ import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -23,7 +25,7 @@ from transduce.engine.translator import TranslationResult, Translator
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.main import load_model_dir
-from transduce.service.registry import RouteTable, model_paths, read_spec, scan
+from transduce.service.registry import ModelSpec, RouteTable, model_paths, read_spec, scan
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")]
 SERVED = "served: de->en, en->de, en->es, en->fr, fr->en; through English: de->es, de->fr, fr->de, fr->es"
@@ -250,6 +252,24 @@ async def test_a_file_is_cut_as_the_model_its_pair_is_routed_to_counts_tokens(mo
     assert r.status_code == 200, r.text  # before: 400, "a sentence has {fr_tokens} tokens, over the limit"
 
 
+async def test_a_file_is_cut_to_the_routed_models_own_source_limit(models_dir: Path) -> None:
+    """es (converted Marian) takes at most 64 source tokens, under the default max_sentence_tokens (200): a file's
+    long sentence was cut to 200 and refused (400 "over the model's limit of 64"); it is cut to the model's limit,
+    with several models and with one."""
+    from tests.service.harness import serve
+
+    sentence = " ".join(["the cat sat on a mat and looked at the dog while birds sang in old trees"] * 3) + "."
+    files, data = {"file": ("a.txt", f"{sentence}\n".encode())}, {"source": "en", "target": "es"}
+    async with serve_models(models_dir) as (client, app):
+        es = app.state.transduce.pool.entries["es"]
+        assert es.max_source_tokens < es.count_tokens(sentence) <= 200
+        several = await client.post("/translate_file", files=files, data=data)
+    async with serve(Translator(models_dir / "es", device="cpu", intra_threads=1)) as (client, _):
+        one = await client.post("/translate_file", files=files, data=data)
+    assert several.status_code == 200, several.text
+    assert one.status_code == 200, one.text
+
+
 # --- a failed model is kept apart ----------------------------------------------------------------------------------
 
 
@@ -361,3 +381,13 @@ def test_a_directory_that_cannot_be_read_is_a_failed_model_not_a_failed_scan(
     assert "lacks a required field or has a wrong type" in str(specs["huge"].error)
     assert "its manifest cannot be read: PermissionError" in str(specs["locked"].error)
     assert specs["nul"].fingerprint  # the odd name counts as missing in the fingerprint
+
+
+def test_a_route_through_english_blames_a_failed_model_only_if_the_other_stage_exists() -> None:
+    table = RouteTable({"fr": [("en", "fr"), ("fr", "en")]})
+    manifest = cast(Any, SimpleNamespace(pairs=(("de", "en"), ("en", "de"))))
+    failed = {"de": ModelSpec("de", Path("de"), "x", manifest, error="broken")}
+    assert "model de" not in table.unsupported("de", "ja", failed, {"de": "broken"})  # no en->ja anywhere
+    assert "model de, which translates de->en (through English), failed: broken" in table.unsupported(
+        "de", "fr", failed, {"de": "broken"}
+    )

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -190,8 +191,10 @@ async def test_hot_reload_during_a_burst_fails_no_request(models_dir: Path, tmp_
         assert new.status_code == 200  # answered by the new version while the old one is still held
         assert pool.entries["fr"] is not old and pool.entries["fr"].spec.model_name == "tiny-random-fr-v2"
         assert old in pool.retiring and old.state == "ready" and not held.done()
-        during = (await client.get("/health/ready")).json()["models"]
-        assert [m["state"] for m in during if m["name"] == "fr"] == ["ready", "retiring"]  # both versions shown
+        during = {m["name"]: m for m in (await client.get("/health/ready")).json()["models"]}  # one line a name
+        assert during["fr"]["state"] == "ready" and during["fr"]["model"] == "tiny-random-fr-v2"
+        assert [v["model"] for v in during["fr"]["retiring"]] == ["tiny-random-fr"]
+        assert during["fr"]["retiring"][0]["in_flight"] >= 1  # the held request (and burst ones held with it)
         in_use = metric((await client.get("/metrics")).text, "transduce_model_memory_bytes", model="fr")
         assert in_use == old.memory_bytes + pool.entries["fr"].memory_bytes  # the old version's memory counts
         gate.release()
@@ -238,6 +241,52 @@ async def test_a_reload_under_a_budget_keeps_the_old_version_until_the_new_one_s
     assert answer.status_code == 200
     assert metric(text, "transduce_model_loads_total", model="fr", outcome="ok") == 2  # the first, then the new one
     assert metric(text, "transduce_model_evictions_total", model="fr", reason="budget") == 0
+
+
+def held_load(model_name: str, release: threading.Event) -> ModelLoader:
+    """A loader that holds the load of the version exported as ``model_name`` until ``release`` is set."""
+
+    def load(path: Path, settings: Settings) -> TranslatorLike:
+        if json.loads((path / "manifest.json").read_text()).get("model_name") == model_name:
+            assert release.wait(60)
+        return load_model_dir(path, settings)
+
+    return load
+
+
+async def test_requests_during_a_reload_of_several_models_are_answered(
+    models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All three models replaced while the new de loads (held): under a budget the old fr, still the version
+    served, was unloaded for it and then failed its load (its files had changed: 400); es, not loaded, kept its old
+    entry until every preload ended, and a request loaded it (400). Now every version serving stays until the swap,
+    the new ones count in the budget, and a model not loaded is swapped at once."""
+    import transduce.service.models as models
+
+    monkeypatch.setattr(models, "graphs_bytes", lambda spec: 10 * 2**20)  # 10 MB a model, measured as that
+    monkeypatch.setattr(models, "resident_bytes", lambda: 0)
+    release = threading.Event()
+    async with serve_models(
+        models_dir, loader=held_load("de-v2", release), memory_budget_mb=25, admin_key="s3cret"
+    ) as (client, app):
+        pool = app.state.transduce.pool
+        assert (await client.post("/translate", json=to("fr"))).status_code == 200
+        assert {n: e.state for n, e in pool.entries.items()} == {"de": "ready", "es": "unloaded", "fr": "ready"}
+        for name in ("de", "es", "fr"):
+            staged_swap(models_dir, name, tmp_path / f"{name}-old", f"{name}-v2")
+        reload = asyncio.create_task(client.post("/admin/reload", headers=ADMIN))
+        await wait_until(lambda: pool.loading, timeout_s=20)  # the new de's load, held
+        french = await client.post("/translate", json=to("fr"))  # the old version, still served
+        spanish = asyncio.create_task(client.post("/translate", json=to("es")))  # the new es, after the held load
+        await asyncio.sleep(0.3)
+        assert pool.entries["fr"].spec.model_name == "tiny-random-fr" and pool.entries["fr"].state == "ready"
+        release.set()
+        during = [french, await spanish]
+        report = await reload
+        after = await client.post("/translate", json=to("fr"))
+    assert [r.status_code for r in during] == [200, 200], [r.text for r in during]
+    assert report.json()["replaced"] == ["de", "es", "fr"] and report.json()["failed"] == {}
+    assert after.status_code == 200
 
 
 async def test_a_model_whose_files_changed_before_a_reload_is_not_loaded_as_the_old_one(

@@ -73,9 +73,9 @@ class ModelPool:
         self.entries: dict[str, ModelEntry] = {}
         self.routes = RouteTable({})
         self.retiring: set[ModelEntry] = set()  # replaced or removed, still loaded: in use by earlier requests
-        self._pinned: set[ModelEntry] = (
-            set()
-        )  # never unloaded for the budget: a version serving while its new one loads
+        # never unloaded for the budget: versions serving while a reload loads their new versions
+        self._pinned: set[ModelEntry] = set()
+        self._standby: set[ModelEntry] = set()  # new versions a reload loaded, not yet in place: counted as loaded
         self.scanned = self.closing = False
         self.budget_bytes = int(settings.memory_budget_mb * MB)
         self._load_lock = asyncio.Lock()
@@ -134,10 +134,19 @@ class ModelPool:
         return None
 
     def health(self) -> list[dict[str, Any]]:
-        """Every model's state, for /health/ready; a version a reload replaced or removed that requests still use
-        has a line of its own (state ``retiring``)."""
-        retiring = sorted(self.retiring, key=lambda e: e.spec.name)
-        return [e.health() for e in self.entries.values()] + [{**e.health(), "state": "retiring"} for e in retiring]
+        """Every model's state, for /health/ready (one line per name): a version a reload replaced that requests
+        still use is listed in its name's ``retiring``; a removed one is a line in state ``retiring``."""
+        lines = {n: {**e.health(), "retiring": []} for n, e in self.entries.items()}
+        removed = []
+        for e in sorted(self.retiring, key=lambda e: e.spec.name):
+            if e.spec.name in lines:
+                line = e.health()
+                lines[e.spec.name]["retiring"].append(
+                    {k: line[k] for k in ("model", "version", "memory_mb", "in_flight")}
+                )
+            else:
+                removed.append({**e.health(), "state": "retiring", "retiring": []})
+        return [*lines.values(), *removed]
 
     def gauges(self) -> list[ModelGauge]:
         """Every model's live facts, for /metrics: a retiring version's memory, requests and queue count with its
@@ -162,7 +171,7 @@ class ModelPool:
 
     def loaded(self) -> list[ModelEntry]:
         """Every loaded model version, retiring ones included."""
-        return [e for e in (*self.entries.values(), *self.retiring) if e.state == "ready"]
+        return [e for e in (*self.entries.values(), *self.retiring, *self._standby) if e.state == "ready"]
 
     # --- routing and use -----------------------------------------------------------------------------------------
 
@@ -243,11 +252,6 @@ class ModelPool:
             async with self._load_lock:  # one load at a time: each one's memory is measured alone
                 if entry.retired:  # replaced or removed while it waited: its directory may hold another version now
                     return
-                if await asyncio.to_thread(fingerprint, spec.path, spec.manifest) != spec.fingerprint:
-                    raise ModelLoadError(  # (it loaded the new files as the old version, routed by the old pairs)
-                        "its files changed on disk since the models were scanned: reload the server (SIGHUP or "
-                        "POST /admin/reload) to serve what is there now"
-                    )
                 entry.state = "loading"
                 self._enforce_budget(self._measured.get(spec.fingerprint) or graphs_bytes(spec), keep=entry)
                 if self._tasks:  # what unloaded models free is given back before this load is measured
@@ -255,6 +259,14 @@ class ModelPool:
                 # and what the shared arena holds free (freed by other models' batches), which the canary's
                 # working memory would otherwise reuse without the process growing
                 await asyncio.to_thread(release_memory)
+                if entry.retired:  # (again: a reload may have run meanwhile) its requests are routed again
+                    entry.state = "unloaded"
+                    return
+                if await asyncio.to_thread(fingerprint, spec.path, spec.manifest) != spec.fingerprint:
+                    raise ModelLoadError(  # (it loaded the new files as the old version, routed by the old pairs)
+                        "its files changed on disk since the models were scanned: reload the server (SIGHUP or "
+                        "POST /admin/reload) to serve what is there now"
+                    )
                 started, before = time.monotonic(), resident_bytes()
                 translator = await asyncio.to_thread(self.loader, spec.path, self.settings)
                 pipeline = TranslationPipeline(translator, self.settings, self.metrics, self.window)
@@ -360,6 +372,19 @@ class ModelPool:
 
     # --- reload --------------------------------------------------------------------------------------------------
 
+    def _swap(self, changed: Sequence[str], fresh: dict[str, ModelEntry], removed: list[str], added: list[str]) -> None:
+        """Put the ``fresh`` entries of ``changed`` and ``added`` in place, retiring the ones they replace and those
+        ``removed``, and route again."""
+        entries = dict(self.entries)
+        for n in removed:
+            self._retire(entries.pop(n))
+        for n in changed:
+            self._retire(entries[n])
+            entries[n] = fresh[n]
+        entries.update((n, fresh[n]) for n in added)
+        self.entries = dict(sorted(entries.items()))
+        self._reroute()
+
     async def reload(self) -> dict[str, Any]:
         """Scan again and apply what changed (see the module's docstring); returns what was added, removed,
         replaced and left unchanged, and the models that failed."""
@@ -371,22 +396,20 @@ class ModelPool:
             replaced = sorted(n for n in specs if n in old and specs[n].fingerprint != old[n].spec.fingerprint)
             retried = sorted(n for n in specs if n in old and n not in replaced and old[n].state == "failed")
             fresh = {n: self._entry(specs[n]) for n in (*added, *replaced, *retried)}
-            for n in replaced:  # a loaded model's new version is loaded and canaried while the old one serves
-                if old[n].state in ("ready", "loading") and fresh[n].state == "unloaded":
-                    self._pinned.add(old[n])  # (the budget unloaded it to make room, and a request loaded it again)
-                    try:
-                        await self._ensure_loaded(fresh[n])
-                    finally:
-                        self._pinned.discard(old[n])
-            entries = dict(self.entries)
-            for n in removed:
-                self._retire(entries.pop(n))
-            for n in (*replaced, *retried):
-                self._retire(entries[n])
-                entries[n] = fresh[n]
-            entries.update((n, fresh[n]) for n in added)
-            self.entries = dict(sorted(entries.items()))
-            self._reroute()
+            # a loaded model's new version is loaded and canaried while the old one serves (pinned: never unloaded
+            # for the budget meanwhile, nor are the new versions already loaded, counted in the budget); everything
+            # else changes at once, so that no request loads an old version whose files are gone
+            preload = [n for n in replaced if old[n].state in ("ready", "loading") and fresh[n].state == "unloaded"]
+            self._swap([n for n in (*replaced, *retried) if n not in preload], fresh, removed, added)
+            self._pinned.update(old[n] for n in preload)
+            try:
+                for n in preload:
+                    self._standby.add(fresh[n])
+                    await self._ensure_loaded(fresh[n])
+            finally:
+                self._pinned.difference_update(old[n] for n in preload)
+                self._standby.difference_update(fresh[n] for n in preload)
+            self._swap(preload, fresh, [], [])
             report = {
                 "added": added,
                 "removed": removed,

@@ -203,8 +203,9 @@ class RouteTable:
             f"language pair {source}->{target} is not served (served: {pairs_text(self.direct)}; through English: "
             f"{pairs_text(self.pivots)})"
         )
+        could = self.direct | {pair for spec in failed.values() for pair in spec.pairs}  # served, or if it loaded
         legs = [(source, target)]
-        if PIVOT not in (source, target):  # a stage of the route through English
+        if PIVOT not in (source, target) and {(source, PIVOT), (PIVOT, target)} <= could:  # through English
             legs += [(source, PIVOT), (PIVOT, target)]
         for leg in legs:
             broken = sorted(name for name, spec in failed.items() if leg in spec.pairs)

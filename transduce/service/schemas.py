@@ -136,12 +136,21 @@ class ErrorResponse(BaseModel):
     error: str
 
 
+class RetiringVersion(BaseModel):
+    """A version of a model that a reload replaced, still finishing the requests that use it."""
+
+    model: str | None = Field(None, description="the name recorded at export")
+    version: str = Field(description="its fingerprint")
+    memory_mb: float | None = None
+    in_flight: int
+
+
 class ModelHealth(BaseModel):
     """One model of a server with several (TRANSDUCE_MODELS), in GET /health/ready."""
 
     name: str = Field(description="the model directory's name")
     state: Literal["unloaded", "loading", "ready", "failed", "retiring"] = Field(
-        description="retiring: a version a reload replaced or removed, still finishing the requests that use it"
+        description="retiring: a model a reload removed, still finishing the requests that use it"
     )
     reason: str | None = Field(None, description="why a failed model cannot be served")
     model: str | None = Field(None, description="the name recorded at export")
@@ -150,6 +159,9 @@ class ModelHealth(BaseModel):
     memory_mb: float | None = Field(None, description="resident memory the loaded model added (measured)")
     load_ms: float | None = Field(None, description="how long its last load and canary took")
     in_flight: int = Field(description="requests using or waiting for it")
+    retiring: list[RetiringVersion] = Field(
+        default_factory=list, description="versions a reload replaced that requests still use"
+    )
 
 
 class Health(BaseModel):

@@ -122,15 +122,16 @@ async def translate_units(
     in requests within max_items/max_chars/max_queue_items, all under the deadline ``started + request_timeout_s``;
     with the queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
-    most = settings.max_queue_items
-    counter_for = getattr(pipeline.translator, "counter_for", None)  # several models: as the routed one counts
-    count = counter_for(source, target)[0] if counter_for is not None else pipeline.translator.count_tokens
-    unknown: Callable[[str], list[str]] | None = getattr(pipeline.translator, "unknown_runs", None)
+    most, translator = settings.max_queue_items, pipeline.translator
+    counter_for = getattr(translator, "counter_for", None)  # several models: as the one the pair is routed to counts
+    count, limit = counter_for(source, target) if counter_for is not None else (translator.count_tokens, None)
+    limit = translator.max_source_tokens if limit is None else limit  # the model's own limit
+    unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
 
-    def fits(text: str) -> bool:  # counted as validation will count it, what the model cannot spell masked as there
+    def fits(text: str) -> bool:  # counted as validation counts it, what the model cannot spell masked as there
         runs = unknown(text) if unknown is not None else []
         sentences = mask_text(text, runs=kept_as_written(runs)).sentences if runs else [text]
-        return all(written_tokens(s, count) <= settings.max_sentence_tokens for s in sentences)
+        return all(written_tokens(s, count) <= settings.max_sentence_tokens and count(s) <= limit for s in sentences)
 
     # in a thread: a file's 100,000 characters of long lines took seconds of tokenizing and masking
     pieces = await asyncio.to_thread(_pieces, units, settings.max_chars, fits, most)
