@@ -197,11 +197,16 @@ class _Remote:
         }
         if self.args.beam_size is not None:  # (else the server's default_beam_size: 4 was always sent)
             body["beam_size"] = self.args.beam_size
-        if self.args.api_key:
+        from transduce.service.apikeys import MAX_KEY_CHARS  # the longest key this server reads from a body
+
+        headers = {}
+        if self.args.api_key and len(self.args.api_key) > MAX_KEY_CHARS:  # too long for a body: as a Bearer
+            headers["Authorization"] = f"Bearer {self.args.api_key}"
+        elif self.args.api_key:  # in the body, as LibreTranslate reads it
             body["api_key"] = self.args.api_key
         for attempt in range(1, RETRIES_BUSY + 1):
             try:
-                response = self.client.post("/translate", json=body)
+                response = self.client.post("/translate", json=body, headers=headers)
             except httpx.HTTPError as exc:
                 return 0, unreachable(self.args, exc)
             if response.status_code not in (429, 503) or attempt == RETRIES_BUSY:

@@ -157,6 +157,15 @@ def test_translate_url_names_the_lines_a_refused_request_held(tmp_path: Path) ->
         )
 
 
+def test_translate_url_sends_a_key_too_long_for_a_body_as_a_bearer(tmp_path: Path) -> None:
+    long = "k" * 300  # the server takes it in a header or the query string, not in a body (over 256 characters)
+    (tmp_path / "keys").write_text(f"{long}\nshort-key\n")
+    with live_server(FakeTranslator(), api_keys_file=str(tmp_path / "keys")) as url:
+        for key in (long, "short-key"):
+            result = run("translate", "--url", url, "-s", "en", "-t", "de", "--api-key", key, stdin="Hello world.\n")
+            assert (result.returncode, result.stdout) == (0, "WORLD. HELLO\n"), result.stderr
+
+
 def test_translate_url_writes_the_lines_before_one_that_is_not_utf8_and_reads_codes_as_the_server_does() -> None:
     with live_server(FakeTranslator()) as url:
         translate = [*TRANSDUCE, "translate", "--url", url, "-s", "en", "-t", "de"]

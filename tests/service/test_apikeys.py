@@ -110,6 +110,30 @@ async def test_each_key_has_its_own_limit_and_a_reload_changes_the_keys(tmp_path
         assert await status("file-key") == 429  # still revoked: its 403s have used up the address's 3
 
 
+async def test_a_key_over_256_characters_goes_in_the_query_string_or_a_bearer_header(tmp_path: Path) -> None:
+    """README: a key over 256 characters can be sent in Authorization: Bearer or ?api_key=, not in a body. In the
+    query string it was refused (422, "at most 256 characters") unless a JSON body came with it."""
+    long = "k" * 300
+    path = tmp_path / "keys"
+    path.write_text(f"{long}\n")
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    async with serve(api_keys_file=str(path)) as (client, _):
+        no_body = await client.post(f"/translate?q=Hello&source=en&target=de&api_key={long}")
+        beside_form = await client.post(
+            f"/translate?api_key={long}", content=b"q=Hello&source=en&target=de", headers=form
+        )
+        over_form = await client.post(
+            f"/translate?api_key={long}", content=b"q=Hello&source=en&target=de&api_key=wrong", headers=form
+        )  # the query's key wins over the form's, as before
+        detect = await client.post(f"/detect?q=Hallo&api_key={long}")
+        bearer = await client.post(
+            "/translate", json={"q": "Hello", **EN_DE}, headers={"Authorization": f"Bearer {long}"}
+        )
+        in_body = await client.post("/translate", json={"q": "Hello", **EN_DE, "api_key": long})
+    assert [r.status_code for r in (no_body, beside_form, over_form, detect, bearer)] == [200] * 5
+    assert in_body.status_code == 422 and "at most 256 characters" in in_body.text
+
+
 async def test_without_a_key_file_one_model_has_nothing_to_reload() -> None:
     async with serve(admin_key="root-key") as (client, _):
         r = await client.post("/admin/reload", headers=ADMIN)

@@ -32,6 +32,16 @@ def test_a_bucket_holds_a_minutes_worth_and_refills_at_the_rate() -> None:
         RateLimiter(-1)
 
 
+def test_a_keys_limit_raised_by_a_reload_takes_effect_at_once() -> None:
+    """A key at 2 a minute, used up, then given 600: the extra minute's worth is there at once (it waited for its
+    old bucket to refill, told "at most 600 a minute"); lowered, the bucket is cut to the new minute's worth."""
+    limiter = RateLimiter(0)
+    assert [limiter.wait("key k", now=10.0, per_minute=2) for _ in range(3)][2] > 0
+    assert [limiter.wait("key k", now=10.0, per_minute=600) for _ in range(598)] == [0.0] * 598
+    assert limiter.wait("key k", now=10.0, per_minute=600) > 0
+    assert limiter.wait("key k", now=100.0, per_minute=1) == 0.0 and limiter.wait("key k", now=100.0, per_minute=1) > 0
+
+
 async def test_a_client_over_req_limit_gets_429_with_retry_after() -> None:
     fake = FakeTranslator()
     async with serve(fake, req_limit=3) as (client, _):

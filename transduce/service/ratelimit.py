@@ -34,8 +34,9 @@ class RateLimiter:
         if per_minute < 0:
             raise ValueError(f"req_limit must be >= 0 (0 = no limit), got {per_minute}")
         self.per_minute, self.max_clients = per_minute, max_clients
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # client -> (tokens, when counted)
-        self._keys: dict[str, tuple[float, float]] = {}  # the same for API keys' clients ("key ..."): kept
+        # client -> (tokens, when counted, the capacity they were counted against)
+        self._buckets: OrderedDict[str, tuple[float, float, float]] = OrderedDict()
+        self._keys: dict[str, tuple[float, float, float]] = {}  # the same for API keys' clients ("key ..."): kept
 
     def __len__(self) -> int:
         return len(self._buckets) + len(self._keys)
@@ -55,10 +56,12 @@ class RateLimiter:
         now = time.monotonic() if now is None else now
         capacity, rate = float(limit), limit / 60.0
         buckets = self._keys if client.startswith(KEY_CLIENT) else self._buckets
-        tokens, then = buckets.pop(client, (capacity, now))
+        tokens, then, was = buckets.pop(client, (capacity, now, capacity))
+        if capacity > was:  # a key's limit raised (a reload of the key file): the extra minute's worth at once
+            tokens += capacity - was
         tokens = min(capacity, tokens + (now - then) * rate)
         wait = 0.0 if tokens >= 1.0 else (1.0 - tokens) / rate
-        buckets[client] = (tokens - 1.0 if not wait else tokens, now)
+        buckets[client] = (tokens - 1.0 if not wait else tokens, now, capacity)
         while len(self._buckets) > self.max_clients:
             self._buckets.popitem(last=False)
         return wait

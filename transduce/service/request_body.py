@@ -209,20 +209,29 @@ async def read_body_as(request: Request, settings: Settings, model: type[M], fie
         raise unsupported
     _check_content_encoding(request)
     body = await _read_body(request, settings.max_body_bytes, settings.request_read_timeout_s)
+    query_key: Any = None
     if json_body:
         data: Any = parse_json(body)
     elif ctype and body:  # the query string's fields over the form's, as LibreTranslate reads request.values
-        data = {**await _parse_form(request, body), **_query_fields(request)}
+        query = _query_fields(request)
+        query_key = query.pop("api_key", None)
+        data = {**await _parse_form(request, body), **query}
     elif not body:  # no body: the fields are in the query string, as LibreTranslate also reads them
         data = _query_fields(request)
+        query_key = data.pop("api_key", None)
     else:
         raise unsupported
     if not isinstance(data, dict):
         raise ApiError(422, f"body must be a JSON object with {fields}")
+    if isinstance(query_key, str):  # over the form's; as long as a Bearer key may be (MAX_KEY_CHARS is a body's)
+        data.pop("api_key", None)
     try:
-        return model.model_validate(data)
+        validated = model.model_validate(data)
     except ValidationError as exc:
         raise ApiError(422, _problem(exc.errors(), data)) from None
+    if isinstance(query_key, str) and "api_key" in type(validated).model_fields:
+        validated = validated.model_copy(update={"api_key": query_key})
+    return validated
 
 
 async def read_translate_request(request: Request, settings: Settings) -> TranslateRequest:
