@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -201,16 +202,46 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.strip().splitlines() if not line.startswith("exporting ")]
 
 
+def test_an_output_in_a_directory_that_cannot_be_written_is_refused_before_the_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only file system was found only once the table was built or the model trained (as root, chmod does
+    not stop writes: the check asks the system, as on a read-only mount)."""
+    import os
+
+    from transduce.paths import check_file_target
+    from transduce.training.cli import check_fp16_output
+
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == tmp_path else real(path, mode))
+    with pytest.raises(ValueError, match=f"--out {tmp_path / 'table.npz'}: {tmp_path} cannot be written"):
+        check_file_target(tmp_path / "table.npz", what="--out")
+    with pytest.raises(ValueError, match="cannot be written"):
+        check_fp16_output(tmp_path / "ship.pt", tmp_path / "run")
+
+
 def test_pairs_that_are_not_code_pairs_and_ragged_corpus_rows_are_refused(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from transduce.export.onnx_export import language_pairs
     from transduce.training.shortlist import read_pairs
 
+    config = SimpleNamespace(languages=("de", "en"), target_tag="<2{}>")
+
+    def checkpoint(meta: dict[str, object], languages: tuple[str, ...] = ("de", "en")) -> Any:
+        return SimpleNamespace(meta=meta, config=SimpleNamespace(languages=languages, target_tag=config.target_tag))
+
     for pairs in ("en-de", [["e"], ["n"]], [["en", 1]]):
         with pytest.raises(ValueError, match="must be \\[source, target\\] code pairs"):
-            language_pairs(SimpleNamespace(meta={"pairs": pairs}))  # type: ignore[arg-type]
-    assert language_pairs(SimpleNamespace(meta={"pairs": [("en", "de")]})) == [["en", "de"]]  # type: ignore[arg-type]
+            language_pairs(checkpoint({"pairs": pairs}))
+    assert language_pairs(checkpoint({"pairs": [("en", "de")]})) == [["en", "de"]]
+    # an export that no engine could load (it succeeded, exit 0): refused
+    with pytest.raises(ValueError, match="names \\['xx'\\], not among its languages \\['de', 'en'\\]"):
+        language_pairs(checkpoint({"pairs": [("en", "xx")]}))
+    with pytest.raises(ValueError, match="meta 'pairs' is empty"):
+        language_pairs(checkpoint({"pairs": []}))
+    with pytest.raises(ValueError, match="has 0 language"):
+        language_pairs(checkpoint({}, languages=()))
     (tmp_path / "train.tsv").write_text("origin\ten\tde\nx\tThe cat.\tDie Katze.\n\nx\tThe dog.\n")
     with pytest.raises(ValueError, match="line 4 has 2 columns, the header 3"):  # it read around them
         read_pairs(tmp_path, 100, 0)

@@ -53,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if response.status_code != 200:
         try:
-            reason = response.json().get("error") or response.json().get("status")
+            body = response.json()
+            reason = (body.get("error") or body.get("status")) if isinstance(body, dict) else None
         except ValueError:
-            reason = response.text[:200]
+            reason = None
+        reason = reason or response.text[:200]  # (a JSON list or text from another server was a traceback)
         print(f"transduce health: {url} answered {response.status_code}: {reason}", file=sys.stderr)
         return 1
     return 0

@@ -55,6 +55,8 @@ def check_file_target(out: str | Path, *, what: str) -> None:
     parent = resolved(path, what=what).parent
     if path.is_dir() or not parent.is_dir():
         raise ValueError(f"{what} {out}: name a file in an existing directory")
+    if not os.access(parent, os.W_OK):  # (a read-only file system was found only once the work was done)
+        raise ValueError(f"{what} {out}: {parent} cannot be written")
 
 
 def check_replaceable_dir(

@@ -302,6 +302,31 @@ def test_the_healthchecks_reach_a_server_that_asks_health_callers_for_a_key(tmp_
     assert status == 1 and err.startswith(f"transduce health: cannot reach {url}/health/ready: ")
     status, err = health(TRANSDUCE_PORT="abc")
     assert status == 2 and err.startswith("transduce health: the server's settings are invalid: ")
+    import http.server
+    import threading
+
+    class Odd(http.server.BaseHTTPRequestHandler):  # another server's 503: a JSON list, not an object
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = b"[1, 2]"
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    odd = http.server.HTTPServer(("127.0.0.1", 0), Odd)
+    threading.Thread(target=odd.serve_forever, daemon=True).start()
+    try:
+        status, err = health("--url", f"http://127.0.0.1:{odd.server_port}")  # ('list' has no 'get': a traceback)
+    finally:
+        odd.shutdown()
+    assert (status, err) == (
+        1,
+        f"transduce health: http://127.0.0.1:{odd.server_port}/health/ready answered 503: [1, 2]\n",
+    )
     for bad in ("http://[::1", "http://127.0.0.1:99999", "127.0.0.1:5000"):  # httpx's InvalidURL was a traceback
         status, err = health("--url", bad)
         assert status == 2 and err.startswith("transduce health: --url must be a server's http:// or https:// "), err

@@ -115,6 +115,33 @@ def test_eval_scores_several_sets_in_one_run(
     assert len(json.loads((tmp_path / "out.json").read_text())) == 4  # two sets, and dev.tsv's two origins
 
 
+def test_every_set_is_read_before_any_is_translated_and_a_huge_cell_is_one_line(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad second --tsv threw away the first set's scores (minutes with a real model) after translating it; a
+    cell over csv's field limit (131,072 characters) was a traceback."""
+    import transduce.training.evaluate as evaluation
+
+    good = tmp_path / "a.en-de.tsv"
+    good.write_text("A house.\tEin Haus.\n")
+    huge = tmp_path / "b.en-de.tsv"
+    huge.write_text("x" * 140_000 + "\tEin Haus.\n")
+    translated: list[object] = []
+
+    def recorded(*args: object, **kwargs: object) -> list[object]:
+        translated.append(args)
+        return []
+
+    monkeypatch.setattr(evaluation, "evaluate", recorded)
+    model = ["eval", "--model", str(tiny_model_dir), "-s", "en", "-t", "de", "--tsv", str(good)]
+    assert main([*model, "--tsv", str(tmp_path / "missing.tsv")]) == 1
+    assert "missing.tsv" in capsys.readouterr().err and translated == []
+    assert main([*model, "--tsv", str(huge)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"transduce eval: {huge} cannot be read as tab-separated text: field larger than")
+    assert err.count("\n") == 1 and translated == []
+
+
 def test_a_source_over_the_models_positions_is_translated_in_parts(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

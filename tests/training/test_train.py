@@ -92,6 +92,10 @@ def test_noam_schedule_peaks_at_warmup() -> None:
         ({"tokenizer_sample": 0}, "tokenizer_sample must be >= 1, got 0"),  # (SentencePiece's INTERNAL message)
         ({"lr_scale": float("nan")}, "lr_scale must be a finite number"),  # (it trained on)
         ({"checkpoint_minutes": float("inf")}, "checkpoint_minutes finite and >= 0"),
+        # an IndexError in the positional encoding at the first step, once the tokenizer was trained
+        ({"max_len": 64, "max_positions": 40}, "max_positions (40) must hold an example of max_len (64)"),
+        ({"eval_examples": 0}, "eval_examples must be >= 1"),  # its dev loss read 0.0, the best there is
+        ({"bleu_sentences": -1}, "bleu_sentences >= 0"),
     ],
 )
 def test_a_config_that_cannot_train_is_refused_when_built(bad: dict[str, Any], message: str) -> None:
@@ -208,6 +212,37 @@ def test_loss_goes_down_and_resume_matches_uninterrupted(tmp_path: Path) -> None
     assert (later.max_steps, later.keep_checkpoints > 100, later.average_last) == (40, True, TrainConfig().average_last)
 
 
+def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_from_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C lost everything since the last checkpoint (every 10 minutes by default): the step in progress now ends,
+    is saved, and the same run resumes from it; a failure to save (a full disk) is one line from the command."""
+    import os
+    import signal
+
+    from transduce.training.interrupt import Interrupted
+
+    data = write_corpus(tmp_path / "data", n=100)
+    trainer = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=50), progress=False)
+    step = trainer.train_step
+
+    def interrupted_at_three(batch: Any) -> Any:
+        result = step(batch)
+        if trainer.step == 3:
+            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler, "Ctrl-C is not deferred"
+            os.kill(os.getpid(), signal.SIGINT)  # arrives inside the step: handled after it
+        return result
+
+    monkeypatch.setattr(trainer, "train_step", interrupted_at_three)
+    with pytest.raises(Interrupted, match="interrupted at step 3: saved ckpt_step0000003.pt and last.pt"):
+        trainer.run()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    resumed = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=50), progress=False)
+    assert resumed.step == 3
+    for (name, a), b in zip(trainer.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
 def test_warm_start_takes_the_checkpoints_weights_tokenizer_and_dimensions(tmp_path: Path) -> None:
     data = write_corpus(tmp_path / "data")
     first = Trainer(data, tmp_path / "first", dataclasses.replace(TINY, max_steps=30), progress=False)
@@ -316,6 +351,16 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main([*run, "--out", str(tmp_path / "r3"), "--n-heads", "0"]) in (1, 2)
     err = capsys.readouterr().err
     assert "n_heads" in err and err.count("\n") == 1
+    full = OSError(28, "No space left on device")  # a checkpoint that cannot be written: one line, not a traceback
+
+    def no_space(*args: Any, **kwargs: Any) -> None:
+        raise full
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("transduce.training.train.save_checkpoint", no_space)
+        assert main([*run[:3], "--out", str(tmp_path / "r7"), "--max-steps", "2", "--vocab-size", "60"]) == 1
+    err = capsys.readouterr().err
+    assert err == "transduce train: [Errno 28] No space left on device\n", err
 
 
 def _free_port() -> int:

@@ -62,15 +62,25 @@ class ExportConfig:
 
 
 def language_pairs(ckpt: Checkpoint) -> list[list[str]]:
-    """Translation directions: the checkpoint's meta "pairs", else every ordered pair of its languages (tagged)."""
+    """Translation directions: the checkpoint's meta "pairs", else every ordered pair of its languages (tagged);
+    ValueError when there are none, or a pair names a language the model does not have (the export succeeded and
+    no engine could load it)."""
+    langs = ckpt.config.languages
     if "pairs" in ckpt.meta:
         pairs = ckpt.meta["pairs"]
         if not isinstance(pairs, list | tuple) or not all(
             isinstance(p, list | tuple) and len(p) == 2 and all(isinstance(x, str) and x for x in p) for p in pairs
         ):
             raise ValueError(f"the checkpoint's meta 'pairs' must be [source, target] code pairs, got {pairs!r}")
+        unknown = sorted({code for pair in pairs for code in pair} - set(langs))
+        if not pairs or unknown:
+            problem = f"names {unknown}, not among its languages {list(langs)}" if unknown else "is empty"
+            raise ValueError(f"the checkpoint's meta 'pairs' {problem}: fix the checkpoint's meta or its languages")
         return [list(p) for p in pairs]
-    langs = ckpt.config.languages
+    if len(langs) < 2:
+        raise ValueError(
+            f"the checkpoint has {len(langs)} language(s) {list(langs)} and no meta 'pairs': nothing to translate"
+        )
     if not ckpt.config.target_tag:
         if len(langs) != 2:
             raise ValueError("a model without target-language tags needs meta['pairs'] naming its one direction")

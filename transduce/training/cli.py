@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if languages is None or "en" not in languages:
         print(f"transduce train: {data / 'train.tsv'} has no origin<TAB>en<TAB>xx header", file=sys.stderr)
         return 1
+    from transduce.training.interrupt import Interrupted
     from transduce.training.train import Trainer
 
     try:
@@ -131,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         summary = trainer.run()
-    except ValueError as exc:  # epochs that sample nothing (the checkpoints saved so far stay)
+    except Interrupted as exc:  # Ctrl-C: the step in progress finished and was saved
+        print(f"transduce train: {exc}", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as exc:  # epochs that sample nothing, a full disk (the checkpoints saved stay)
         print(f"transduce train: {exc}", file=sys.stderr)
         return 1
     if args.export_fp16:
@@ -166,3 +171,5 @@ def check_fp16_output(out: Path, run_dir: Path, init_from: Path | None = None) -
         parent = parent.parent
     if not parent.is_dir():
         raise ValueError(f"--export-fp16 {out}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK):  # (a read-only file system was found only after the training)
+        raise ValueError(f"--export-fp16 {out}: {parent} cannot be written")

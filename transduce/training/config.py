@@ -102,6 +102,16 @@ class TrainConfig:
         for name in (*sizes, "tokenizer_sample"):  # (0 failed after the tokenizer, or inside SentencePiece)
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_positions < self.max_len + 2:  # (an IndexError in the positional encoding at the first step)
+            raise ValueError(
+                f"max_positions ({self.max_positions}) must hold an example of max_len ({self.max_len}) pieces plus "
+                f"its tag and end: at least {self.max_len + 2}"
+            )
+        if self.eval_examples < 1 or self.bleu_sentences < 0:  # (0 dev examples reported a dev loss of 0.0)
+            raise ValueError(
+                f"eval_examples must be >= 1 and bleu_sentences >= 0 (0 = no BLEU), got {self.eval_examples}, "
+                f"{self.bleu_sentences}"
+            )
         if not (math.isfinite(self.lr_scale) and 0 <= self.checkpoint_minutes < math.inf and self.clip_norm >= 0):
             raise ValueError(  # (lr_scale nan trained on: "nan <= 0" is false)
                 "lr_scale must be a finite number, checkpoint_minutes finite and >= 0, clip_norm >= 0, got "

@@ -41,6 +41,8 @@ def read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str,
         return _read_tsv(path, source, target)
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except csv.Error as exc:  # (a cell over 131,072 characters was a traceback)
+        raise ValueError(f"{path} cannot be read as tab-separated text: {exc}") from exc
 
 
 def _read_tsv(path: str | Path, source: str, target: str) -> list[tuple[str, str, str]]:
@@ -203,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:  # checked before the evaluation, not found unwritable after it
             check_output(args.json, args.tsv, what="--json")
             check_file_target(args.json, what="--json")
+        for tsv in args.tsv:  # every set read before any is translated (a bad last one lost the scores before it)
+            read_tsv(tsv, args.source, args.target)
         model_dir = resolve_model_dir(args.model)
         if args.json:
             check_output(args.json, [*Path(model_dir).iterdir()], what="--json")  # never a file of the model

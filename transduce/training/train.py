@@ -9,6 +9,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,12 @@ from transduce.training.batching import (
 )
 from transduce.training.config import TrainConfig, noam_lr
 from transduce.training.decode import greedy
+from transduce.training.interrupt import Interrupted, deferred_interrupt
 
 log = logging.getLogger("transduce.train")
 MAX_EMPTY_EPOCHS = 1000  # epochs in a row that sample no batch before a run gives up
+
+
 _ALL_CHECKPOINTS = 1_000_000  # keep_checkpoints / average_last of a run saved with 0, which kept and averaged all
 
 
@@ -300,7 +304,13 @@ class Trainer:
             f.write(json.dumps(record) + "\n")
 
     def run(self) -> dict[str, Any]:
-        """Train until max_steps / max_minutes; checkpoint, evaluate, average the last checkpoints."""
+        """Train until max_steps / max_minutes; checkpoint, evaluate, average the last checkpoints. Ctrl-C (one
+        process) ends the step in progress, saves a checkpoint and raises ``Interrupted``; a second one stops at
+        once."""
+        with deferred_interrupt(self.world == 1) as interrupted:
+            return self._run(interrupted)
+
+    def _run(self, interrupted: Callable[[], bool]) -> dict[str, Any]:
         cfg = self.cfg
         self.model.train()
         started = time.monotonic() - self.elapsed
@@ -358,6 +368,13 @@ class Trainer:
                         self.log({"train_loss": loss / max(ntok, 1), "target_tokens_per_s": round(rate)})
                         window_tok, window_t0 = 0, time.monotonic()
                 bar.update(1)
+                if interrupted():  # (the work since the last checkpoint, up to checkpoint_minutes, was lost)
+                    bar.close()
+                    path = self.save()
+                    raise Interrupted(
+                        f"interrupted at step {self.step}: saved {path.name} and last.pt in {self.out_dir}; the same "
+                        "command resumes the run"
+                    )
                 out_of_steps = bool(cfg.max_steps and self.step >= cfg.max_steps)
                 out_of_time = bool(cfg.max_minutes and self.elapsed >= cfg.max_minutes * 60)
                 if out_of_steps or out_of_time:
