@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -426,6 +427,31 @@ def test_import_of_own_export_round_trips(exported: Path, native: Path, tmp_path
         b = back.model(src_back, mask.bool(), tgt_back).log_softmax(-1)
     assert (a - b[..., :V]).abs().max().item() <= TOL
     assert back.tokenizer().encode("The cat sees the dog.") == ours.tokenizer().encode("The cat sees the dog.")
+
+
+def test_the_round_trip_gives_a_tagged_model_its_tag_and_directions_back(
+    exported: Path, native: Path, tmp_path: Path
+) -> None:
+    """A tagged model (the shipped one is) came back untagged and with one direction: the engine then encoded its
+    sources without the <2xx> tag and translated differently (the test above feeds tags by hand to both)."""
+    import_marian(exported, tmp_path / "back.pt", name="back")
+    ours, back = load_checkpoint(native), load_checkpoint(tmp_path / "back.pt")
+    assert ours.config.target_tag and back.config.target_tag == ours.config.target_tag
+    assert back.config.languages == ours.config.languages
+    declared = ours.meta.get("pairs") or [["de", "en"], ["en", "de"]]  # its directions, as declared or all
+    assert sorted(map(tuple, back.meta["pairs"])) == sorted(map(tuple, declared))
+    for source in SOURCES[:3]:  # the engine's own encoding, tag and all, is the same for both
+        for lang in ("de", "en"):
+            assert back.tokenizer().encode_source(source, lang) == ours.tokenizer().encode_source(source, lang)
+    recorded = json.loads((exported / "config.json").read_text())["transduce_model"]
+    damaged = tmp_path / "damaged"
+    shutil.copytree(exported, damaged)
+    config = json.loads((damaged / "config.json").read_text())
+    (damaged / "config.json").write_text(
+        json.dumps({**config, "transduce_model": {**recorded, "pairs": [["en", "xx"]]}})
+    )
+    with pytest.raises(ValueError, match="transduce_model is damaged"):
+        import_marian(damaged, tmp_path / "x.pt")
 
 
 def test_refusals_name_the_problem(tiny_checkpoint: Path, hf_dir: Path, tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def _token_name(value: Any, default: str) -> str:
     return value if isinstance(value, str) and value else default
 
 
-def marian_config(hf: dict[str, Any], *, unk_id: int, languages: tuple[str, ...]) -> ModelConfig:
+def marian_config(hf: dict[str, Any], *, unk_id: int, languages: tuple[str, ...], target_tag: str = "") -> ModelConfig:
     """ModelConfig for an HF MarianConfig dict; ValueError for anything HF Marian computes that we cannot."""
     g = {k: hf[k] if hf.get(k) is not None else default for k, default in HF_DEFAULTS.items()}
     if hf.get("model_type", "marian") != "marian":
@@ -144,8 +144,27 @@ def marian_config(hf: dict[str, Any], *, unk_id: int, languages: tuple[str, ...]
         eos_id=eos,
         decoder_start_id=g["decoder_start_token_id"],
         languages=languages,
-        target_tag="",
+        target_tag=target_tag,
     )
+
+
+def _own_export(hf: dict[str, Any]) -> tuple[tuple[str, ...], str, list[tuple[str, str]]] | None:
+    """The languages, target tag and pairs this project's ``export_marian`` recorded in config.json (a tagged model
+    must get its tag back, and every direction: the round trip translated otherwise), or None for another model."""
+    recorded = hf.get("transduce_model")
+    if not isinstance(recorded, dict):
+        return None
+    languages, tag, pairs = recorded.get("languages"), recorded.get("target_tag"), recorded.get("pairs")
+    if not (
+        isinstance(languages, list)
+        and all(isinstance(code, str) and LANGUAGE_CODE.fullmatch(code) for code in languages)
+        and isinstance(tag, str)
+        and isinstance(pairs, list)
+        and pairs
+        and all(isinstance(p, list) and len(p) == 2 and set(p) <= set(languages) for p in pairs)
+    ):
+        raise ValueError(f"config.json's transduce_model is damaged: {recorded!r:.200}")
+    return tuple(languages), tag, [(str(a), str(b)) for a, b in pairs]
 
 
 def _languages(hf_dir: Path, tok_cfg: dict[str, Any], source: str | None, target: str | None) -> tuple[str, str]:
@@ -264,8 +283,15 @@ def _import_marian(
         if not f.is_file():
             raise ValueError(f"{f} is missing")
     sp = build_marian_spm(spm_files[0].read_bytes(), spm_files[1].read_bytes(), vocab, unk=unk, eos=eos, pad=pad)
-    pair = _languages(hf_dir, tok_cfg, source_lang, target_lang)
-    cfg = marian_config(hf, unk_id=vocab[unk], languages=pair)
+    own = _own_export(hf) if source_lang is None and target_lang is None else None
+    languages: tuple[str, ...]
+    if own is not None:  # this project's own export: its languages, tag and directions as they were
+        languages, tag, pairs = own
+        pair = pairs[0]
+    else:
+        pair = _languages(hf_dir, tok_cfg, source_lang, target_lang)
+        languages, tag, pairs = pair, "", [pair]
+    cfg = marian_config(hf, unk_id=vocab[unk], languages=languages, target_tag=tag)
     if len(vocab) != cfg.tgt_vocab_size:
         raise ValueError(f"vocab.json has {len(vocab)} entries but config.json says vocab_size={cfg.tgt_vocab_size}")
     if (vocab[eos], vocab[pad]) != (cfg.eos_id, cfg.pad_id):
@@ -285,7 +311,10 @@ def _import_marian(
     assert not missing and not unexpected, (missing, unexpected)
     name = name or hf_dir.resolve().name
     save_checkpoint(
-        out_checkpoint, model.eval(), sp.model, meta={"name": name, "pairs": [list(pair)], "source": "marian"}
+        out_checkpoint,
+        model.eval(),
+        sp.model,
+        meta={"name": name, "pairs": [list(p) for p in pairs], "source": "marian"},
     )
     if sp.missing_from_vocab:
         log.warning(

@@ -3,6 +3,7 @@ CTranslate2's ``ct2-transformers-converter`` run with our exact outputs (how: ``
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,9 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
     }
     for ours, hf, role in layer_names(cfg.n_encoder_layers, cfg.n_decoder_layers):
         state[f"model.{hf}"] = permute(sd[ours], role, perm)
-    pairs = ckpt.meta.get("pairs") or ([list(cfg.languages)] if len(cfg.languages) == 2 else [])
+    pairs = ckpt.meta.get("pairs") or (
+        [list(p) for p in itertools.permutations(cfg.languages, 2)] if cfg.target_tag else [list(cfg.languages)]
+    )
     tok_cfg: dict[str, Any] = {
         "tokenizer_class": "MarianTokenizer",
         "unk_token": tok.sp.IdToPiece(tok.unk_id),
@@ -128,7 +131,11 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
     }
     with replacing_dir(out, marker=MARIAN_EXPORT, inputs=[checkpoint], what=_WHAT, hint=_UNSTAMPED) as tmp:
         write_safetensors(tmp / "model.safetensors", state)
-        (tmp / "config.json").write_text(json.dumps(_hf_config(cfg, V + 1, pad), indent=2) + "\n")
+        # what import-marian needs to give the model back as it was: its target tag (HF users put it before the
+        # source text themselves: "<2de> Hello."), its languages and directions
+        recorded = {"languages": list(cfg.languages), "target_tag": cfg.target_tag, "pairs": [list(p) for p in pairs]}
+        hf_config = {**_hf_config(cfg, V + 1, pad), "transduce_model": recorded}
+        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
         (tmp / "vocab.json").write_text(json.dumps(vocab, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
