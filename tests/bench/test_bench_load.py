@@ -171,6 +171,8 @@ def test_no_clients_no_requests_or_a_file_for_out_is_one_line(
         (["--modes", "static,bogus"], "--modes takes modes from step, step-replicas, static, replicas, off, auto, "),
         (["--modes", ","], "--modes takes modes from"),
         (["--beam-size", "0"], "--beam-size must be between 1 (greedy) and 64, got 0"),
+        (["--sentences", "0"], "--sentences and --batch1-sentences must be >= 1, got 0, 100"),  # (after the exports)
+        (["--fixed-length", "0"], "--fixed-length must be >= 1"),
     ):
         assert main(["bench", "load", *args]) == 2
         err = capsys.readouterr().err

@@ -235,8 +235,9 @@ def test_build_another_pair(sources: Path, tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_cli_builds_another_pair(sources: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """(--pair in any case, as every command reads codes: "EN-fr" was refused)"""
     out = tmp_path / "c"
-    argv = ("build", str(out), "--pair", "en-fr", "--work-dir", str(sources), "--sources", "bible,toy", "--no-progress")
+    argv = ("build", str(out), "--pair", "EN-fr", "--work-dir", str(sources), "--sources", "bible,toy", "--no-progress")
     assert cli.run(parse(*argv)) == 0
     captured = capsys.readouterr()
     assert "skipped toy: an English-German source" in captured.err and "Traceback" not in captured.err

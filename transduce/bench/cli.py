@@ -85,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
         arrivals = _fractions(args.arrivals)
         if args.requests < 1 or args.rounds < 1:  # (--requests 0 ran, then ended in numpy's IndexError)
             raise ValueError(f"--requests and --rounds must be >= 1, got {args.requests}, {args.rounds}")
+        if args.sentences < 1 or args.batch1_sentences < 1:  # (found after the exports: a ZeroDivisionError)
+            raise ValueError(
+                f"--sentences and --batch1-sentences must be >= 1, got {args.sentences}, {args.batch1_sentences}"
+            )
+        if args.fixed_length is not None and args.fixed_length < 1:
+            raise ValueError(f"--fixed-length must be >= 1 (tokens each engine emits), got {args.fixed_length}")
         if not 1 <= args.beam_size <= MAX_BEAM_SIZE:  # (found once the model had loaded)
             raise ValueError(f"--beam-size must be between 1 (greedy) and {MAX_BEAM_SIZE}, got {args.beam_size}")
         modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from transduce.training.data.build import build_corpus, validate
     from transduce.training.data.gitrepo import parse_git_options
 
+    args.pair = args.pair.strip().lower()  # codes in any case, as every other command reads them ("EN-DE")
     sources = [s.strip() for s in args.sources.split(",") if s.strip()] if args.sources is not None else None
     shared_data = getattr(args, "shared_data", None)
     try:
