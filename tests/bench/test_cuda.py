@@ -33,6 +33,9 @@ def test_rows_count_outputs_equal_to_the_cpu_full_vocabulary_row() -> None:
 def test_pairs_are_read_up_to_n(tmp_path: Path) -> None:
     (tmp_path / "p.tsv").write_text("a\tA\nno tab here\nb\tB\nc\tC\n", encoding="utf-8")
     assert read_pairs(tmp_path / "p.tsv", 2) == (["a", "b"], ["A", "B"])
+    (tmp_path / "q.tsv").write_text("a\tA\nb\tB\textra\n", encoding="utf-8")  # ("too many values to unpack")
+    with pytest.raises(ValueError, match="q.tsv: line 2 has 3 columns: write source TAB reference"):
+        read_pairs(tmp_path / "q.tsv", 5)
 
 
 @pytest.mark.usefixtures("one_torch_thread")

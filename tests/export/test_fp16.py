@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,22 @@ def test_failed_quantisation_leaves_the_old_directory(tiny_model_dir: Path, tmp_
     from transduce.export.quantize import quantize_model_dir
 
     dst = tmp_path / "int8"
-    quantize_model_dir(tiny_model_dir, dst)
+    root = logging.getLogger()
+    level, records = root.level, list[logging.LogRecord]()
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Kept()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # as the command line logs
+    try:
+        quantize_model_dir(tiny_model_dir, dst)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    assert not [r for r in records if "Quantization parameters" in r.getMessage()]  # (34 INFO lines a tiny model)
     before = {f.name: f.read_bytes() for f in dst.iterdir()}
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -42,8 +42,12 @@ def gpu_name() -> str:
 
 def read_pairs(path: Path, n: int) -> tuple[list[str], list[str]]:
     """Source and reference sentences from a tab-separated file (source TAB reference per line), the first n."""
-    lines = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines() if "\t" in line][:n]
-    return [s for s, _ in lines], [r for _, r in lines]
+    lines = [(k, line.split("\t")) for k, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)]
+    rows = [(k, cells) for k, cells in lines if len(cells) > 1][:n]
+    for k, cells in rows:  # ("too many values to unpack (expected 2)" was the message)
+        if len(cells) != 2:
+            raise ValueError(f"{path}: line {k} has {len(cells)} columns: write source TAB reference, one pair a line")
+    return [cells[0] for _, cells in rows], [cells[1] for _, cells in rows]
 
 
 Key = tuple[str, int, int]  # (label, beam, batch) of a run

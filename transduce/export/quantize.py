@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +55,15 @@ def quantize_model_dir(
         if isinstance(shortlist_decoder := manifest.get("shortlist_decoder"), str):
             sources[shortlist_decoder] = src / shortlist_decoder
         for graph, source in sources.items():
-            quantize_dynamic(
-                source,
-                work / graph,
-                weight_type=QuantType.QInt8,
-                reduce_range=seven,
-                op_types_to_quantize=["MatMul"],  # those with a weight: attention's MatMuls of two activations stay
-                extra_options={"DefaultTensorType": TensorProto.FLOAT},  # for outputs of onnxruntime's own operators
-            )
+            with _quiet_root_log():  # (onnxruntime's "Quantization parameters ... not specified": a line a tensor)
+                quantize_dynamic(
+                    source,
+                    work / graph,
+                    weight_type=QuantType.QInt8,
+                    reduce_range=seven,
+                    op_types_to_quantize=["MatMul"],  # with a weight: attention's MatMuls of two activations stay
+                    extra_options={"DefaultTensorType": TensorProto.FLOAT},  # outputs of onnxruntime's own operators
+                )
             if graph == shortlist_decoder:
                 int8_projection(work / graph)
             store_weights_apart(work / graph)  # replaces the float32 weights file copied from src
@@ -142,3 +145,15 @@ def int8_projection(graph_path: Path) -> None:
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     onnx.checker.check_model(model)
     onnx.save(model, str(graph_path))
+
+
+@contextlib.contextmanager
+def _quiet_root_log() -> Iterator[None]:
+    """onnxruntime's quantiser logs an INFO line per tensor on the root logger, which the command line shows."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
