@@ -199,14 +199,14 @@ class _Remote:
             body["beam_size"] = self.args.beam_size
         from transduce.service.apikeys import MAX_KEY_CHARS  # the longest key this server reads from a body
 
-        headers = {}
-        if self.args.api_key and len(self.args.api_key) > MAX_KEY_CHARS:  # too long for a body: as a Bearer
-            headers["Authorization"] = f"Bearer {self.args.api_key}"
+        params = {}
+        if self.args.api_key and len(self.args.api_key) > MAX_KEY_CHARS:  # too long for a body: in the query string
+            params["api_key"] = self.args.api_key  # (LibreTranslate reads it there too; a header takes ASCII only)
         elif self.args.api_key:  # in the body, as LibreTranslate reads it
             body["api_key"] = self.args.api_key
         for attempt in range(1, RETRIES_BUSY + 1):
             try:
-                response = self.client.post("/translate", json=body, headers=headers)
+                response = self.client.post("/translate", json=body, params=params)
             except httpx.HTTPError as exc:
                 return 0, unreachable(self.args, exc)
             if response.status_code not in (429, 503) or attempt == RETRIES_BUSY:

@@ -157,9 +157,9 @@ def test_translate_url_names_the_lines_a_refused_request_held(tmp_path: Path) ->
         )
 
 
-def test_translate_url_sends_a_key_too_long_for_a_body_as_a_bearer(tmp_path: Path) -> None:
-    long = "k" * 300  # the server takes it in a header or the query string, not in a body (over 256 characters)
-    (tmp_path / "keys").write_text(f"{long}\nshort-key\n")
+def test_translate_url_sends_a_key_too_long_for_a_body_in_the_query_string(tmp_path: Path) -> None:
+    long = "zugangsschlüssel-" + "k" * 300  # over 256 characters: not in a body; not ASCII: not in a header either
+    (tmp_path / "keys").write_text(f"{long}\nshort-key\n", encoding="utf-8")  # (the harness checks with "short-key")
     with live_server(FakeTranslator(), api_keys_file=str(tmp_path / "keys")) as url:
         for key in (long, "short-key"):
             result = run("translate", "--url", url, "-s", "en", "-t", "de", "--api-key", key, stdin="Hello world.\n")

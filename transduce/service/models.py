@@ -137,16 +137,15 @@ class ModelPool:
         """Every model's state, for /health/ready (one line per name): a version a reload replaced that requests
         still use is listed in its name's ``retiring``; a removed one is a line in state ``retiring``."""
         lines = {n: {**e.health(), "retiring": []} for n, e in self.entries.items()}
-        removed = []
+        removed: dict[str, dict[str, Any]] = {}
         for e in sorted(self.retiring, key=lambda e: e.spec.name):
-            if e.spec.name in lines:
-                line = e.health()
-                lines[e.spec.name]["retiring"].append(
-                    {k: line[k] for k in ("model", "version", "memory_mb", "in_flight")}
-                )
+            line, name = e.health(), e.spec.name
+            if name in lines or name in removed:  # (a removed name's other versions: under its one line)
+                version = {k: line[k] for k in ("model", "version", "memory_mb", "in_flight")}
+                (lines.get(name) or removed[name])["retiring"].append(version)
             else:
-                removed.append({**e.health(), "state": "retiring", "retiring": []})
-        return [*lines.values(), *removed]
+                removed[name] = {**line, "state": "retiring", "retiring": []}
+        return [*lines.values(), *removed.values()]
 
     def gauges(self) -> list[ModelGauge]:
         """Every model's live facts, for /metrics: a retiring version's memory, requests and queue count with its
@@ -171,7 +170,7 @@ class ModelPool:
 
     def loaded(self) -> list[ModelEntry]:
         """Every loaded model version, retiring ones included."""
-        return [e for e in (*self.entries.values(), *self.retiring, *self._standby) if e.state == "ready"]
+        return [e for e in (*self.entries.values(), *self.retiring) if e.state == "ready"]
 
     # --- routing and use -----------------------------------------------------------------------------------------
 
@@ -310,8 +309,8 @@ class ModelPool:
             entry.loading = None
             self.last_load_end = time.monotonic()
 
-    def _used_bytes(self) -> int:
-        return sum(e.memory_bytes for e in self.loaded())
+    def _used_bytes(self) -> int:  # the new versions a reload loaded and has not put in place yet count too
+        return sum(e.memory_bytes for e in (*self.loaded(), *self._standby) if e.state == "ready")
 
     def _enforce_budget(self, incoming: int = 0, keep: ModelEntry | None = None) -> None:
         """Unload idle models, least recently used first, until the loaded ones (and ``incoming`` bytes) fit."""
@@ -399,8 +398,9 @@ class ModelPool:
             # a loaded model's new version is loaded and canaried while the old one serves (pinned: never unloaded
             # for the budget meanwhile, nor are the new versions already loaded, counted in the budget); everything
             # else changes at once, so that no request loads an old version whose files are gone
-            preload = [n for n in replaced if old[n].state in ("ready", "loading") and fresh[n].state == "unloaded"]
-            self._swap([n for n in (*replaced, *retried) if n not in preload], fresh, removed, added)
+            # (a model still loading may yet fail its checks: it is swapped at once and its waiters routed again)
+            preload = [n for n in replaced if old[n].state == "ready" and fresh[n].state == "unloaded"]
+            self._swap([n for n in (*replaced, *retried) if n not in preload], fresh, [], added)
             self._pinned.update(old[n] for n in preload)
             try:
                 for n in preload:
@@ -409,7 +409,7 @@ class ModelPool:
             finally:
                 self._pinned.difference_update(old[n] for n in preload)
                 self._standby.difference_update(fresh[n] for n in preload)
-            self._swap(preload, fresh, [], [])
+            self._swap(preload, fresh, removed, [])  # removed last: a new version may take their pairs over
             report = {
                 "added": added,
                 "removed": removed,
