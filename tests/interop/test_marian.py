@@ -443,6 +443,11 @@ def test_the_round_trip_gives_a_tagged_model_its_tag_and_directions_back(
     for source in SOURCES[:3]:  # the engine's own encoding, tag and all, is the same for both
         for lang in ("de", "en"):
             assert back.tokenizer().encode_source(source, lang) == ours.tokenizer().encode_source(source, lang)
+    import_marian(exported, tmp_path / "one.pt", source_lang="en", target_lang="de")  # one direction, tag kept
+    one = load_checkpoint(tmp_path / "one.pt")
+    assert one.config.target_tag == ours.config.target_tag and one.meta["pairs"] == [["en", "de"]]
+    with pytest.raises(ValueError, match="en->fr is not a direction of this model"):
+        import_marian(exported, tmp_path / "fr.pt", source_lang="en", target_lang="fr")
     recorded = json.loads((exported / "config.json").read_text())["transduce_model"]
     damaged = tmp_path / "damaged"
     shutil.copytree(exported, damaged)
@@ -456,6 +461,12 @@ def test_the_round_trip_gives_a_tagged_model_its_tag_and_directions_back(
 
 def test_refusals_name_the_problem(tiny_checkpoint: Path, hf_dir: Path, tmp_path: Path) -> None:
     ckpt = load_checkpoint(tiny_checkpoint)
+    three = Transformer(
+        ModelConfig.from_dict({**ckpt.config.to_dict(), "target_tag": "", "languages": ["de", "en", "fr"]})
+    )
+    save_checkpoint(tmp_path / "three.pt", three, ckpt.tokenizer_model)  # untagged, no pairs: which direction?
+    with pytest.raises(ValueError, match="names no direction to translate"):  # (an unpacking error)
+        export_marian(tmp_path / "three.pt", tmp_path / "three")
     pre = Transformer(ModelConfig.from_dict({**ckpt.config.to_dict(), "norm_position": "pre"}))
     save_checkpoint(tmp_path / "pre.pt", pre, ckpt.tokenizer_model)
     with pytest.raises(ValueError, match="post-norm"):

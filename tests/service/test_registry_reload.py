@@ -146,3 +146,34 @@ async def test_versions_of_a_removed_model_still_in_use_are_one_line(tmp_path: P
                 models = (await client.get("/health/ready")).json()["models"]
     lines = [m for m in models if m["name"] == "a"]
     assert len(lines) == 1 and lines[0]["state"] == "retiring" and len(lines[0]["retiring"]) == 1, models
+
+
+@pytest.mark.usefixtures("read_manifests")
+async def test_a_removed_model_is_not_loaded_while_the_reload_preloads(tmp_path: Path) -> None:
+    """b and c loaded and replaced, z (never loaded) removed, its pair taken over by the new c: a request for it
+    while the new b loaded queued a load of z, which ran before c's preload and failed (its directory gone): a 400.
+    A model being removed is never loaded; its requests wait for the reload and go to the new route."""
+    root = tmp_path / "models"
+    write_model(root, "b", [("en", "de")], "b-v1")
+    write_model(root, "c", [("en", "fr")], "c-v1")
+    write_model(root, "z", [("en", "it")], "z-v1")
+    loader = Loader()
+    async with serve_models(root, loader=loader) as (client, app):
+        pool = app.state.transduce.pool
+        for target in ("de", "fr"):
+            assert (await client.post("/translate", json=to(target))).status_code == 200
+        assert pool.entries["z"].state == "unloaded"
+        shutil.rmtree(root / "z")
+        write_model(root, "b", [("en", "de")], "b-v2")
+        write_model(root, "c", [("en", "fr"), ("en", "it")], "c-v2")
+        loader.hold["b-v2"] = release = threading.Event()
+        reload = asyncio.create_task(pool.reload())
+        while not (loader.entered.get("b-v2") and loader.entered["b-v2"].is_set()):
+            await asyncio.sleep(0.01)
+        during = asyncio.create_task(client.post("/translate", json=to("it")))
+        await asyncio.sleep(0.2)
+        release.set()
+        report = await reload
+        answer = await during
+    assert report["removed"] == ["z"] and sorted(report["replaced"]) == ["b", "c"]
+    assert answer.status_code == 200, answer.text

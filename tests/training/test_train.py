@@ -243,6 +243,45 @@ def test_ctrl_c_finishes_the_step_saves_it_and_the_run_resumes_from_there(
         assert torch.equal(a, b), name
 
 
+def test_a_run_saved_with_settings_refused_since_resumes(tmp_path: Path) -> None:
+    """eval_examples 0 and max_positions under max_len + 2 were accepted before; such a run is not locked out."""
+    data = write_corpus(tmp_path / "data", n=100)
+    Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=2, bleu_sentences=0), progress=False).run()
+    last = tmp_path / "run" / "last.pt"
+    payload = torch.load(last, weights_only=True)
+    payload["train_config"].update(eval_examples=0, max_positions=33)  # max_len 32
+    torch.save(payload, last)
+    resumed = Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=3), progress=False)
+    assert (resumed.cfg.eval_examples, resumed.cfg.max_len, resumed.cfg.max_positions) == (TINY.eval_examples, 31, 33)
+
+
+def test_averaging_onto_a_full_disk_is_an_os_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transduce.training.average as average
+
+    data = write_corpus(tmp_path / "data", n=100)
+    Trainer(data, tmp_path / "run", dataclasses.replace(TINY, max_steps=1, bleu_sentences=0), progress=False).run()
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")  # torch's ENOSPC
+
+    monkeypatch.setattr(average.torch, "save", full)
+    with pytest.raises(OSError, match="cannot write .*average.pt: RuntimeError: \\[enforce fail"):
+        average.average_checkpoints(sorted((tmp_path / "run").glob("ckpt_step*.pt")), tmp_path / "run" / "average.pt")
+
+
+def test_ctrl_c_left_ignored_by_a_background_job_stays_ignored() -> None:
+    import signal
+
+    from transduce.training.interrupt import deferred_interrupt
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupt(True) as interrupted:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and not interrupted()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_warm_start_takes_the_checkpoints_weights_tokenizer_and_dimensions(tmp_path: Path) -> None:
     data = write_corpus(tmp_path / "data")
     first = Trainer(data, tmp_path / "first", dataclasses.replace(TINY, max_steps=30), progress=False)

@@ -283,14 +283,19 @@ def _import_marian(
         if not f.is_file():
             raise ValueError(f"{f} is missing")
     sp = build_marian_spm(spm_files[0].read_bytes(), spm_files[1].read_bytes(), vocab, unk=unk, eos=eos, pad=pad)
-    own = _own_export(hf) if source_lang is None and target_lang is None else None
+    own = _own_export(hf)
     languages: tuple[str, ...]
-    if own is not None:  # this project's own export: its languages, tag and directions as they were
-        languages, tag, pairs = own
-        pair = pairs[0]
-    else:
+    if own is None:
         pair = _languages(hf_dir, tok_cfg, source_lang, target_lang)
         languages, tag, pairs = pair, "", [pair]
+    else:  # this project's own export: its languages, tag and directions as they were (one, when it is named)
+        languages, tag, pairs = own
+        if source_lang is not None or target_lang is not None:
+            pair = _languages(hf_dir, {}, source_lang or pairs[0][0], target_lang or pairs[0][1])
+            if not set(pair) <= set(languages):  # (an override dropped the tag, and the model mistranslated)
+                raise ValueError(f"{pair[0]}->{pair[1]} is not a direction of this model (its languages: {languages})")
+            pairs = [pair]
+        pair = pairs[0]
     cfg = marian_config(hf, unk_id=vocab[unk], languages=languages, target_tag=tag)
     if len(vocab) != cfg.tgt_vocab_size:
         raise ValueError(f"vocab.json has {len(vocab)} entries but config.json says vocab_size={cfg.tgt_vocab_size}")

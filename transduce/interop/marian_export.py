@@ -112,6 +112,11 @@ def export_marian(checkpoint: str | Path, out_hf_dir: str | Path) -> ExportRepor
     pairs = ckpt.meta.get("pairs") or (
         [list(p) for p in itertools.permutations(cfg.languages, 2)] if cfg.target_tag else [list(cfg.languages)]
     )
+    if not pairs or any(len(p) != 2 for p in pairs):  # (an untagged model of 3 languages: an unpacking error)
+        raise ValueError(
+            f"the checkpoint names no direction to translate (languages {list(cfg.languages)}, no target tag, no "
+            "meta pairs): an untagged model needs meta['pairs'] naming its one direction"
+        )
     tok_cfg: dict[str, Any] = {
         "tokenizer_class": "MarianTokenizer",
         "unk_token": tok.sp.IdToPiece(tok.unk_id),

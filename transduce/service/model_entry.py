@@ -65,6 +65,7 @@ class ModelEntry:
     load_ms: float | None = None
     loading: asyncio.Task[None] | None = None
     retired: bool = False  # removed or replaced by a reload: unloads once idle
+    leaving: bool = False  # a reload in progress removes it (at its end): never loaded meanwhile
     tokenizer: Tokenizer | None = None  # read on its own (no onnxruntime) to count tokens before the model loads
 
     def count_tokens(self, text: str) -> int:

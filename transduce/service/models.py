@@ -76,6 +76,8 @@ class ModelPool:
         # never unloaded for the budget: versions serving while a reload loads their new versions
         self._pinned: set[ModelEntry] = set()
         self._standby: set[ModelEntry] = set()  # new versions a reload loaded, not yet in place: counted as loaded
+        self._reloaded = asyncio.Event()  # clear while a reload runs
+        self._reloaded.set()
         self.scanned = self.closing = False
         self.budget_bytes = int(settings.memory_budget_mb * MB)
         self._load_lock = asyncio.Lock()
@@ -234,6 +236,13 @@ class ModelPool:
         while entry.state not in ("ready", "failed"):
             if self.closing:
                 raise BatcherClosedError("the server is shutting down")
+            if entry.leaving and not self._reloaded.is_set():  # removed by the reload running: routed once it is done
+                left = None if deadline is None else deadline - time.monotonic()
+                try:
+                    await asyncio.wait_for(self._reloaded.wait(), left)
+                except TimeoutError:
+                    raise DeadlineExceededError(f"model {entry.spec.name} was being removed at the deadline") from None
+                raise ModelUnavailableError(entry.spec.name)
             if entry.retired:  # a reload replaced or removed it, unloaded: the route is computed again
                 raise ModelUnavailableError(entry.spec.name)
             if entry.loading is None:
@@ -249,7 +258,7 @@ class ModelPool:
         started = time.monotonic()
         try:
             async with self._load_lock:  # one load at a time: each one's memory is measured alone
-                if entry.retired:  # replaced or removed while it waited: its directory may hold another version now
+                if entry.retired or entry.leaving:  # replaced or removed while it waited: its directory may be gone
                     return
                 entry.state = "loading"
                 self._enforce_budget(self._measured.get(spec.fingerprint) or graphs_bytes(spec), keep=entry)
@@ -258,7 +267,7 @@ class ModelPool:
                 # and what the shared arena holds free (freed by other models' batches), which the canary's
                 # working memory would otherwise reuse without the process growing
                 await asyncio.to_thread(release_memory)
-                if entry.retired:  # (again: a reload may have run meanwhile) its requests are routed again
+                if entry.retired or entry.leaving:  # (again: a reload may have run meanwhile) routed again
                     entry.state = "unloaded"
                     return
                 if await asyncio.to_thread(fingerprint, spec.path, spec.manifest) != spec.fingerprint:
@@ -395,21 +404,26 @@ class ModelPool:
             replaced = sorted(n for n in specs if n in old and specs[n].fingerprint != old[n].spec.fingerprint)
             retried = sorted(n for n in specs if n in old and n not in replaced and old[n].state == "failed")
             fresh = {n: self._entry(specs[n]) for n in (*added, *replaced, *retried)}
+
             # a loaded model's new version is loaded and canaried while the old one serves (pinned: never unloaded
             # for the budget meanwhile, nor are the new versions already loaded, counted in the budget); everything
             # else changes at once, so that no request loads an old version whose files are gone
             # (a model still loading may yet fail its checks: it is swapped at once and its waiters routed again)
             preload = [n for n in replaced if old[n].state == "ready" and fresh[n].state == "unloaded"]
-            self._swap([n for n in (*replaced, *retried) if n not in preload], fresh, [], added)
-            self._pinned.update(old[n] for n in preload)
+            for n in removed:  # until the swap: serving if loaded, never loaded (its directory may be gone)
+                old[n].leaving = True
+            self._reloaded.clear()
             try:
+                self._swap([n for n in (*replaced, *retried) if n not in preload], fresh, [], added)
+                self._pinned.update(old[n] for n in preload)
                 for n in preload:
                     self._standby.add(fresh[n])
                     await self._ensure_loaded(fresh[n])
             finally:
                 self._pinned.difference_update(old[n] for n in preload)
                 self._standby.difference_update(fresh[n] for n in preload)
-            self._swap(preload, fresh, removed, [])  # removed last: a new version may take their pairs over
+                self._swap(preload, fresh, removed, [])  # removed last: a new version may take their pairs over
+                self._reloaded.set()
             report = {
                 "added": added,
                 "removed": removed,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from transduce.model.checkpoint import load_raw
+from transduce.model.checkpoint import first_line, load_raw
 from transduce.paths import replacing_file
 
 
@@ -30,6 +30,9 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
     averaged["state_dict"] = state
     averaged["meta"] = {**last.get("meta", {}), "averaged_checkpoints": [Path(p).name for p in paths]}
     out = Path(out)
-    with replacing_file(out) as tmp:
-        torch.save(averaged, tmp)
+    try:
+        with replacing_file(out) as tmp:
+            torch.save(averaged, tmp)
+    except RuntimeError as exc:  # torch's writer reports a full disk so (as save_checkpoint turns it)
+        raise OSError(f"cannot write {out}: {first_line(exc)}") from exc
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -17,7 +18,11 @@ def deferred_interrupt(enabled: bool) -> Iterator[Callable[[], bool]]:
     """While training: SIGINT only sets a flag the loop reads after each step (so a step is never cut in half and
     its checkpoint can be saved); a second SIGINT interrupts at once. Off for several processes and outside the
     main thread (where signals cannot be handled)."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
+    if (
+        not enabled
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # (started in the background by a script: ignored)
+    ):
         yield lambda: False
         return
     hits: list[int] = []
@@ -26,6 +31,7 @@ def deferred_interrupt(enabled: bool) -> Iterator[Callable[[], bool]]:
         if hits:
             raise KeyboardInterrupt
         hits.append(signum)
+        print("transduce train: finishing the step to save it (Ctrl-C again stops at once)", file=sys.stderr)
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:

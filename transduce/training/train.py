@@ -139,6 +139,11 @@ class Trainer:
             for name in ("keep_checkpoints", "average_last"):
                 if saved.get(name) == 0:  # (only a saved 0 meant all: a missing one is the default)
                     saved[name] = _ALL_CHECKPOINTS
+            for name in ("eval_examples", "bleu_sentences"):  # saved values refused since 2026-11-27: the ones given
+                if not isinstance(saved.get(name), int) or saved[name] < (1 if name == "eval_examples" else 0):
+                    saved[name] = getattr(cfg, name)
+            if isinstance(saved.get("max_len"), int) and isinstance(saved.get("max_positions"), int):
+                saved["max_len"] = min(saved["max_len"], saved["max_positions"] - 2)  # (it trained: skip longer ones)
             cfg = TrainConfig.from_dict({**saved, "max_steps": cfg.max_steps, "max_minutes": cfg.max_minutes})
         elif init:
             cfg = warm_start_config(cfg, init, self.out_dir)
@@ -393,6 +398,8 @@ class Trainer:
             recent = sorted(self.out_dir.glob("ckpt_step*.pt"))[-cfg.average_last :]
             average_checkpoints(recent, self.out_dir / "average.pt")
             summary["averaged"] = [p.name for p in recent]
+            if interrupted():  # (a Ctrl-C here was ignored until the final evaluation, minutes on a CPU, had run)
+                raise Interrupted(f"interrupted after step {self.step}: saved last.pt and average.pt in {self.out_dir}")
             summary.update(self.evaluate())
             self.log({"final": True, **summary})
         if self.world > 1:
