@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,6 +13,7 @@ from transduce.engine.errors import ModelLoadError
 from transduce.engine.io_names import weights_file
 from transduce.engine.translator import count_source_tokens
 from transduce.service.engine_api import TranslatorLike
+from transduce.service.model_metrics import ModelGauge
 from transduce.service.pipeline import TranslationPipeline
 from transduce.service.registry import ModelSpec
 from transduce.tokenizer import Tokenizer
@@ -103,3 +105,36 @@ class ModelEntry:
             "load_ms": round(self.load_ms, 1) if self.load_ms is not None else None,
             "in_flight": self.in_flight,
         }
+
+
+def health_lines(entries: dict[str, ModelEntry], retiring: Iterable[ModelEntry]) -> list[dict[str, Any]]:
+    """Every model's state, for /health/ready (one line per name): a version a reload replaced that requests still
+    use is listed in its name's ``retiring``; a removed one is a line in state ``retiring``."""
+    lines = {n: {**e.health(), "retiring": []} for n, e in entries.items()}
+    removed: dict[str, dict[str, Any]] = {}
+    for e in sorted(retiring, key=lambda e: e.spec.name):
+        line, name = e.health(), e.spec.name
+        if name in lines or name in removed:  # (a removed name's other versions: under its one line)
+            version = {k: line[k] for k in ("model", "version", "memory_mb", "in_flight")}
+            (lines.get(name) or removed[name])["retiring"].append(version)
+        else:
+            removed[name] = {**line, "state": "retiring", "retiring": []}
+    return [*lines.values(), *removed.values()]
+
+
+def gauge_lines(entries: dict[str, ModelEntry], retiring: Iterable[ModelEntry]) -> list[ModelGauge]:
+    """Every model's live facts, for /metrics: a retiring version's memory, requests and queue count with its
+    name's (a removed model's: in state ``retiring``)."""
+    gauges: dict[str, ModelGauge] = {}
+    for e in (*entries.values(), *sorted(retiring, key=lambda e: e.spec.name)):
+        n, queued = e.spec.name, e.pipeline.queue.queue_depth if e.pipeline is not None else 0
+        had = gauges.get(n)
+        state = e.state if n in entries and e is entries[n] else "retiring"
+        gauges[n] = (
+            ModelGauge(n, state, e.memory_bytes, e.in_flight, queued)
+            if had is None
+            else ModelGauge(
+                n, had.state, had.memory_bytes + e.memory_bytes, had.in_flight + e.in_flight, had.queue_depth + queued
+            )
+        )
+    return list(gauges.values())

@@ -40,7 +40,9 @@ from transduce.service.model_entry import (
     MB,
     ModelEntry,
     failure,
+    gauge_lines,
     graphs_bytes,
+    health_lines,
     resident_bytes,
 )
 from transduce.service.model_metrics import ModelGauge, ModelMetrics
@@ -136,39 +138,12 @@ class ModelPool:
         return None
 
     def health(self) -> list[dict[str, Any]]:
-        """Every model's state, for /health/ready (one line per name): a version a reload replaced that requests
-        still use is listed in its name's ``retiring``; a removed one is a line in state ``retiring``."""
-        lines = {n: {**e.health(), "retiring": []} for n, e in self.entries.items()}
-        removed: dict[str, dict[str, Any]] = {}
-        for e in sorted(self.retiring, key=lambda e: e.spec.name):
-            line, name = e.health(), e.spec.name
-            if name in lines or name in removed:  # (a removed name's other versions: under its one line)
-                version = {k: line[k] for k in ("model", "version", "memory_mb", "in_flight")}
-                (lines.get(name) or removed[name])["retiring"].append(version)
-            else:
-                removed[name] = {**line, "state": "retiring", "retiring": []}
-        return [*lines.values(), *removed.values()]
+        """Every model's state, for /health/ready (``model_entry.health_lines``)."""
+        return health_lines(self.entries, self.retiring)
 
     def gauges(self) -> list[ModelGauge]:
-        """Every model's live facts, for /metrics: a retiring version's memory, requests and queue count with its
-        name's (a removed model's: in state ``retiring``)."""
-        gauges: dict[str, ModelGauge] = {}
-        for e in (*self.entries.values(), *sorted(self.retiring, key=lambda e: e.spec.name)):
-            n, queued = e.spec.name, e.pipeline.queue.queue_depth if e.pipeline is not None else 0
-            had = gauges.get(n)
-            state = e.state if n in self.entries and e is self.entries[n] else "retiring"
-            gauges[n] = (
-                ModelGauge(n, state, e.memory_bytes, e.in_flight, queued)
-                if had is None
-                else ModelGauge(
-                    n,
-                    had.state,
-                    had.memory_bytes + e.memory_bytes,
-                    had.in_flight + e.in_flight,
-                    had.queue_depth + queued,
-                )
-            )
-        return list(gauges.values())
+        """Every model's live facts, for /metrics (``model_entry.gauge_lines``)."""
+        return gauge_lines(self.entries, self.retiring)
 
     def loaded(self) -> list[ModelEntry]:
         """Every loaded model version, retiring ones included."""
