@@ -45,6 +45,13 @@ class ServerLimits:
     max_sentences: int
     max_beam_size: int | None = None
 
+    def full(self, texts: int, chars: int, sentences: int, text: str, n: int) -> bool:
+        """Whether a request of ``texts`` texts, ``chars`` characters and ``sentences`` sentences is full for one
+        more ``text`` of ``n`` sentences."""
+        return bool(texts) and (
+            texts == self.max_items or chars + len(text) > self.max_chars or sentences + n > self.max_sentences
+        )
+
 
 def server_limits(client: httpx.Client) -> ServerLimits:
     """The server's limits from GET /frontend/settings; this server's defaults for those it does not state (an
@@ -132,11 +139,7 @@ def _pack(lines: Iterable[SourceLine | None], limits: ServerLimits, pending: deq
             pending.append(line)
             for slot, text in enumerate(line.texts):
                 n = len(segment(text).sentences) if line.parts is None else 1
-                if batch and (
-                    len(batch) == limits.max_items
-                    or chars + len(text) > limits.max_chars
-                    or sentences + n > limits.max_sentences
-                ):
+                if limits.full(len(batch), chars, sentences, text, n):
                     yield batch
                     batch, chars, sentences = [], 0, 0
                 batch.append(_Piece(line, slot, text))
@@ -355,11 +358,7 @@ def _requests(texts: list[str], limits: ServerLimits) -> Iterator[list[str]]:
     chars = sentences = 0
     for text in texts:
         n = len(segment(text).sentences)
-        if request and (
-            len(request) == limits.max_items
-            or chars + len(text) > limits.max_chars
-            or sentences + n > limits.max_sentences
-        ):
+        if limits.full(len(request), chars, sentences, text, n):
             yield request
             request, chars, sentences = [], 0, 0
         request.append(text)

@@ -99,9 +99,7 @@ def validate_request(
     texts = [req.q] if isinstance(req.q, str) else list(req.q)
     if isinstance(req.q, list) and not req.q:
         raise ApiError(400, "q is an empty list: send at least one text")
-    if len(texts) > settings.max_items:
-        raise ApiError(400, f"q has {len(texts)} texts, over the limit of {settings.max_items} (max_items)")
-    n_chars = check_chars(sum(len(t) for t in texts), settings)
+    n_chars = check_counts(texts, settings)
     auto = auto_candidates(req.target, translator, detector) if req.source == AUTO else None
     if auto is None:
         check_route(translator, req.source, req.target)
@@ -128,7 +126,7 @@ def validate_request(
         )
         for i, (text, source) in enumerate(zip(cleaned, sources, strict=True))
     )
-    counters = {source: _counter(translator, source, req.target) for source in set(sources)}
+    counters = {source: pair_counter(translator, source, req.target) for source in set(sources)}
     tokens = tuple(
         tuple(_count_tokens(s, settings, counters[source]) for s in item.sentences)
         for item, source in zip(items, sources, strict=True)
@@ -145,6 +143,14 @@ def validate_request(
         detected=detected,
         texts=tuple(cleaned),
     )
+
+
+def check_counts(texts: Sequence[str], settings: Settings) -> int:
+    """The characters of ``texts`` (a request's q), within max_items (else 400) and max_chars (else 413): the one
+    count of both, for /translate and /detect."""
+    if len(texts) > settings.max_items:
+        raise ApiError(400, f"q has {len(texts)} texts, over the limit of {settings.max_items} (max_items)")
+    return check_chars(sum(len(t) for t in texts), settings)
 
 
 def check_chars(n_chars: int, settings: Settings) -> int:
@@ -270,7 +276,7 @@ def _masked(item: str | HtmlItem, terms: tuple[Terms, Terms], runs: Terms) -> It
     return mask_text(item, terms, runs)
 
 
-def _counter(translator: TranslatorLike, source: str, target: str) -> tuple[Callable[[str], int], int]:
+def pair_counter(translator: TranslatorLike, source: str, target: str) -> tuple[Callable[[str], int], int]:
     """How to count a sentence of ``source`` translated into ``target``, and the model's limit."""
     if getattr(translator, "counter_for", None) is not None:  # a RoutedCounting (a Protocol isinstance is slow)
         return cast(RoutedCounting, translator).counter_for(source, target)
@@ -283,6 +289,15 @@ def written_tokens(sentence: str, count: Callable[[str], int]) -> int:
     markup is no text at all."""
     held = len(PLACEHOLDER.findall(sentence))
     return count(PLACEHOLDER.sub(" ", sentence)) + 2 * held if held else count(sentence)
+
+
+def within_limits(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> bool:
+    """Whether validation would take ``sentence`` (``pair_counter``'s count and limit): a file is cut to fit."""
+    try:
+        _count_tokens(sentence, settings, counter)
+    except InputTooLongError:
+        return False
+    return True
 
 
 def _count_tokens(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> int:

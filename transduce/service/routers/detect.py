@@ -9,7 +9,7 @@ from transduce.service.detect import detect_order, get_detector
 from transduce.service.errors import ApiError
 from transduce.service.request_body import read_body_as
 from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, DetectRequest
-from transduce.service.validation import check_chars, clean_text, model_languages
+from transduce.service.validation import check_counts, clean_text, model_languages
 
 router = APIRouter(tags=["translate"])
 
@@ -41,9 +41,7 @@ async def detect(request: Request, state: StateDep) -> list[DetectedLanguage]:
     accepted_key(state, request, req.api_key)
     pipeline = get_pipeline(state)
     texts = [req.q] if isinstance(req.q, str) else req.q
-    if len(texts) > state.settings.max_items:  # the limits of /translate, counted as there: the texts as sent
-        raise ApiError(400, f"q has {len(texts)} texts, over the limit of {state.settings.max_items} (max_items)")
-    check_chars(sum(map(len, texts)), state.settings)
+    check_counts(texts, state.settings)  # the limits of /translate, counted as there: the texts as sent
     text = "\n".join(texts)  # a list is detected as one text
     if not text.strip():
         raise ApiError(400, "q is empty: send the text whose language to detect")

@@ -47,8 +47,9 @@ from transduce.service.validation import (
     kept_as_written,
     known_case,
     model_languages,
+    pair_counter,
     validate_request,
-    written_tokens,
+    within_limits,
 )
 
 router = APIRouter(tags=["files"])
@@ -123,15 +124,13 @@ async def translate_units(
     with the queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
     most, translator = settings.max_queue_items, pipeline.translator
-    counter_for = getattr(translator, "counter_for", None)  # several models: as the one the pair is routed to counts
-    count, limit = counter_for(source, target) if counter_for is not None else (translator.count_tokens, None)
-    limit = translator.max_source_tokens if limit is None else limit  # the model's own limit
+    counter = pair_counter(translator, source, target)  # several models: as the one the pair is routed to counts
     unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
 
-    def fits(text: str) -> bool:  # counted as validation counts it, what the model cannot spell masked as there
+    def fits(text: str) -> bool:  # as validation counts it, what the model cannot spell masked as there
         runs = unknown(text) if unknown is not None else []
         sentences = mask_text(text, runs=kept_as_written(runs)).sentences if runs else [text]
-        return all(written_tokens(s, count) <= settings.max_sentence_tokens and count(s) <= limit for s in sentences)
+        return all(within_limits(s, settings, counter) for s in sentences)
 
     # in a thread: a file's 100,000 characters of long lines took seconds of tokenizing and masking
     pieces = await asyncio.to_thread(_pieces, units, settings.max_chars, fits, most)
