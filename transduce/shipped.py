@@ -5,11 +5,14 @@ Only the command line resolves the default model; the service and the engine are
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 from pathlib import Path
 
-from transduce.engine.manifest import is_stale
+from transduce.engine.errors import ModelLoadError
+from transduce.engine.manifest import FILE_KEYS, check_files_of, is_stale, load_manifest
 from transduce.engine.shortlist import sibling_table
 from transduce.paths import user_cache_dir
 
@@ -17,6 +20,7 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "default"
 DEFAULT_CHECKPOINT = WEIGHTS_DIR / "checkpoint.pt"
 EXPORT_DIR_ENV = "TRANSDUCE_DEFAULT_EXPORT_DIR"
 TORCH_INSTALL = "pip install 'transduce[torch]' --extra-index-url https://download.pytorch.org/whl/cpu"
+STAMP_FILE = ".verified.json"  # in the user cache's export: each file's size and time when its checksum last matched
 
 log = logging.getLogger("transduce")
 
@@ -49,8 +53,14 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
             f"the shipped model {checkpoint} is missing: pass --model DIR (a model directory from `transduce export`)"
         )
     shortlist = sibling_table(checkpoint)
+    own = not os.environ.get(
+        EXPORT_DIR_ENV
+    )  # the user cache is the project's own directory, replaced whatever it holds
     if not is_stale(checkpoint, out, shortlist):
-        return out
+        damage = _damage(out, stamp=own)
+        if damage is None:
+            return out
+        log.warning("the shipped model's export is damaged (%s): exporting it again", damage)
     try:
         from transduce.export.onnx_export import ExportConfig, export_model
     except ImportError:
@@ -59,6 +69,33 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
             f"`{TORCH_INSTALL}`, or pass --model DIR (a model directory from `transduce export`)"
         ) from None
     log.info("exporting the shipped model %s to %s (first use or checkpoint changed)", checkpoint, out)
-    # the user cache is the project's own directory, replaced whatever it holds; one named by the variable is not
-    export_model(checkpoint, out, ExportConfig(shortlist=shortlist), own_dir=not os.environ.get(EXPORT_DIR_ENV))
+    export_model(
+        checkpoint, out, ExportConfig(shortlist=shortlist), own_dir=own
+    )  # (not a directory the variable names)
     return out
+
+
+def _damage(model_dir: Path, *, stamp: bool) -> str | None:
+    """Why the export in ``model_dir`` cannot be loaded (a file missing, or not matching its checksum), or None.
+    With ``stamp`` the files are hashed only when one changed size or time since they last matched (``STAMP_FILE``):
+    a command's start would otherwise read the model twice, here and when it loads."""
+    try:
+        manifest = load_manifest(model_dir, check_files=False)
+        checksums = manifest.raw.get("checksums", {})
+        files = sorted({str(manifest.raw[key]) for key in FILE_KEYS if key in manifest.raw} | set(checksums))
+        seen = {name: [(st := (model_dir / name).stat()).st_size, st.st_mtime_ns] for name in files}
+    except (ModelLoadError, KeyError, TypeError, OSError) as exc:
+        return str(exc)
+    try:
+        if stamp and json.loads((model_dir / STAMP_FILE).read_text(encoding="utf-8")) == seen:
+            return None
+    except (OSError, ValueError):
+        pass
+    try:
+        check_files_of(manifest)
+    except ModelLoadError as exc:
+        return str(exc)
+    if stamp:
+        with contextlib.suppress(OSError):  # (a read-only cache: hashed again next time)
+            (model_dir / STAMP_FILE).write_text(json.dumps(seen), encoding="utf-8")
+    return None

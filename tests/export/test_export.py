@@ -105,6 +105,51 @@ def test_stale_detection_and_reexport(tiny_checkpoint: Path, tmp_path: Path) -> 
     assert is_stale(other, out)
 
 
+def test_a_damaged_export_of_the_shipped_model_is_made_again(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The user cache's export is the project's own: a file of it missing or damaged (a cleaner, a disk) used to
+    fail every command with "re-export the model", which its user cannot do. It is now exported again; its files are
+    hashed only when one changed size or time since they last matched, not at every start."""
+    import transduce.engine.manifest as manifest_module
+    from transduce.shipped import STAMP_FILE, default_export_dir, resolve_model_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRANSDUCE_DEFAULT_CHECKPOINT", str(tiny_checkpoint))
+    monkeypatch.delenv("TRANSDUCE_DEFAULT_EXPORT_DIR", raising=False)
+    out = resolve_model_dir(None)
+    assert out == default_export_dir() and load_manifest(out).model_name
+    hashed: list[str] = []
+    real_hash = manifest_module.sha256_file
+
+    def counting(path: str | Path) -> str:
+        hashed.append(Path(path).name)
+        return real_hash(path)
+
+    monkeypatch.setattr(manifest_module, "sha256_file", counting)
+    assert resolve_model_dir(None) == out and (out / STAMP_FILE).is_file()
+    hashed.clear()
+    assert resolve_model_dir(None) == out
+    assert "encoder.onnx" not in hashed  # unchanged since they matched: only the checkpoint's staleness check
+    data = out / "encoder.onnx.data" if (out / "encoder.onnx.data").is_file() else out / "encoder.onnx"
+    whole = data.read_bytes()
+    for damage in (whole[: len(whole) // 2], None):  # cut short, then deleted
+        if damage is None:
+            data.unlink()
+        else:
+            data.write_bytes(damage)
+        with caplog.at_level("WARNING", logger="transduce"):
+            assert resolve_model_dir(None) == out
+        assert "the shipped model's export is damaged" in caplog.text
+        caplog.clear()
+        assert data.read_bytes() == whole
+        load_manifest(out)  # every file matches its checksum again
+    monkeypatch.setenv("TRANSDUCE_DEFAULT_EXPORT_DIR", str(out))  # a directory of the operator's: checked, no stamp
+    (out / STAMP_FILE).unlink(missing_ok=True)  # (an export made again has none until it is next checked)
+    hashed.clear()
+    assert resolve_model_dir(None) == out and not (out / STAMP_FILE).exists() and "encoder.onnx" in hashed
+
+
 def test_bad_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x00" * 100)

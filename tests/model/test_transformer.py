@@ -105,6 +105,13 @@ def test_config_validation_and_round_trip() -> None:
         ModelConfig.from_dict({**config.to_dict(), "bogus": 1})
 
 
+def big_checkpoint(tmp_path: Path) -> bytes:
+    """A checkpoint of 14 MB (the shipped model's size)."""
+    model = Transformer(tiny_config(d_model=256, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3))
+    save_checkpoint(tmp_path / "big.pt", model, b"spm", dtype=torch.float16)
+    return (tmp_path / "big.pt").read_bytes()
+
+
 def test_checkpoint_round_trip_fp16(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = Transformer(tiny_config()).eval()
@@ -133,6 +140,16 @@ def test_checkpoint_round_trip_fp16(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "empty.pt")
     with pytest.raises(ValueError, match="is a directory: name the checkpoint file"):
         load_checkpoint(tmp_path)
+    # copies that did not finish: torch said "[Errno 22] Invalid argument" of a small one, and of a large one an
+    # "internal miniz error" with advice, cut off at 300 characters
+    for whole in (path.read_bytes(), big_checkpoint(tmp_path)):
+        (tmp_path / "cut.pt").write_bytes(whole[: len(whole) // 2])
+        with pytest.raises(ValueError) as cut:
+            load_checkpoint(tmp_path / "cut.pt")
+        assert str(cut.value) == (
+            f"{tmp_path / 'cut.pt'} is not a transduce checkpoint, or is damaged (its zip archive is cut short or "
+            "damaged, as a copy or save that did not finish leaves it; copy it again)"
+        )
 
 
 def test_beams_share_their_sentences_cross_attention() -> None:

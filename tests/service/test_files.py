@@ -470,6 +470,19 @@ async def test_a_sentence_over_the_token_limit_is_translated_in_parts_not_refuse
     assert got.text.split("\n")[1] == fake_translation("Next line.")
 
 
+async def test_a_sentence_with_a_server_glossary_term_is_cut_as_validation_counts_it(tmp_path: Path) -> None:
+    """The server's glossary masks a term as a placeholder, which max_sentence_tokens counts as two tokens however few
+    the term's own: the cutter must count it so, or a sentence it took as fitting failed the whole file."""
+    glossary = tmp_path / "glossary.json"
+    glossary.write_text('{"en-de": [{"source": "Zebra", "target": "Zebra"}]}', encoding="utf-8")
+    text = "One two three Zebra five six seven.\nNext line."  # 7 words + eos: 8 tokens, 9 as validation counts
+    fake = FakeTranslator()
+    async with serve(fake, max_sentence_tokens=8, glossary_file=str(glossary)) as (client, _):
+        got = await fetch(client, await upload(client, "g.txt", text.encode()))
+    assert "Zebra" in got.text.split("\n")[0]  # the term kept, the sentence cut into parts that fit
+    assert got.text.split("\n")[1] == fake_translation("Next line.")
+
+
 class CountsWhere(FakeTranslator):
     """The fake, recording the thread each text was counted on."""
 

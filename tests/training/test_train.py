@@ -429,3 +429,42 @@ def test_ddp_two_cpu_processes_stay_in_sync(tmp_path: Path) -> None:
     init = torch.load(out / "init0.pt")
     assert all(torch.equal(r0[k], r1[k]) for k in r0)
     assert any(not torch.equal(r0[k], init[k]) for k in r0 if r0[k].is_floating_point())
+
+
+def test_a_resumed_run_says_which_options_named_it_does_not_take(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resumed run keeps its own options: one named differently on the command line used to be dropped without a
+    word. It is now listed on stderr before the run; the run limits and the machine's options (threads, how often to
+    checkpoint) are the ones named now. A warm start lists the dimensions the checkpoint overrides the same way."""
+    from transduce.cli import main
+
+    data = write_corpus(tmp_path / "data", n=100)
+    tiny = ["--d-model", "32", "--d-ff", "64", "--n-encoder-layers", "1", "--n-decoder-layers", "1"]
+    tiny += ["--vocab-size", "60", "--max-tokens", "512", "--max-len", "32", "--tokenizer-sample", "1000"]
+    first = ["train", "--data", str(data), "--out", str(tmp_path / "run"), *tiny, "--bleu-sentences", "0"]
+    assert main([*first, "--max-steps", "2", "--threads", "1"]) == 0
+    assert capsys.readouterr().err == ""
+    again = [*first, "--max-steps", "3", "--threads", "2", "--lr-scale", "2", "--languages", "de,en,fr"]
+    assert main([*again, "--checkpoint-minutes", "5"]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        f"transduce train: resuming the run in {tmp_path / 'run'}, which keeps its own options (train into another "
+        "--out to change them): ignored --languages de,en,fr (de,en used); --lr-scale 2.0 (1.0 used)\n"
+    )
+    saved = load_raw(tmp_path / "run" / "last.pt")
+    assert saved["progress"]["step"] == 3
+    assert {k: saved["train_config"][k] for k in ("threads", "checkpoint_minutes", "lr_scale", "d_model")} == {
+        "threads": 2,
+        "checkpoint_minutes": 5.0,
+        "lr_scale": 1.0,
+        "d_model": 32,
+    }
+    assert main([*first, "--max-steps", "3"]) == 0  # the same options again: nothing to say
+    assert capsys.readouterr().err == ""
+    warm = ["train", "--data", str(data), "--out", str(tmp_path / "warm"), "--bleu-sentences", "0", "--max-steps", "1"]
+    assert main([*warm, "--init-from", str(tmp_path / "run" / "last.pt"), "--d-model", "64", "--n-heads", "4"]) == 0
+    assert capsys.readouterr().err == (
+        f"transduce train: --init-from {tmp_path / 'run' / 'last.pt'} decides the model's dimensions, languages and "
+        "tokenizer: ignored --d-model 64 (32 used)\n"
+    )

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from transduce.model.checkpoint import unreadable
+
 # (our sub-module, HF sub-module, role); role says how a residual-stream permutation acts on it:
 # "in": reads the residual stream (permute weight columns), "out": writes it (permute weight rows and bias),
 # "norm": LayerNorm over it (permute weight and bias).
@@ -94,7 +96,7 @@ def read_hf_weights(hf_dir: Path) -> dict[str, Tensor]:
     try:
         state = torch.load(binary, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for corrupt files
-        raise ValueError(f"cannot read {binary} ({type(exc).__name__}: {exc})") from exc
+        raise ValueError(f"cannot read {binary} ({unreadable(exc)})") from exc
     return _strip(state)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,11 +96,7 @@ def load_raw(path: str | Path) -> dict[str, Any]:
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for corrupt files
         # one line, and never torch's advice to load it with weights_only=False (which would run its code)
-        pickled = "weights_only" in str(exc)
-        problem = f"{type(exc).__name__}: it holds objects a checkpoint never has" if pickled else first_line(exc)
-        if not str(exc).strip() or isinstance(exc, KeyError):  # ("EOFError: " for an empty file, "KeyError: 101")
-            problem = f"{type(exc).__name__}: it is empty, cut short or not a torch file"
-        raise ValueError(f"{path} is not a transduce checkpoint, or is damaged ({problem})") from exc
+        raise ValueError(f"{path} is not a transduce checkpoint, or is damaged ({unreadable(exc)})") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not a transduce checkpoint")
     if payload.get("format_version", 0) > FORMAT_VERSION:
@@ -132,6 +129,19 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise ValueError(f"checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
     model.eval()
     return Checkpoint(model, config, payload["tokenizer_model"], meta)
+
+
+def unreadable(exc: BaseException) -> str:
+    """Why torch.load could not read a file, in one line; in our words where the cause is known."""
+    text = str(exc)
+    if "weights_only" in text:  # never torch's advice to load it with weights_only=False (which would run its code)
+        return f"{type(exc).__name__}: it holds objects a checkpoint never has"
+    if not text.strip() or isinstance(exc, KeyError):  # ("EOFError: " for an empty file, "KeyError: 101")
+        return f"{type(exc).__name__}: it is empty, cut short or not a torch file"
+    # a zip archive cut short: miniz's message and advice (cut at 300 characters), or "[Errno 22] Invalid argument"
+    if "PytorchStreamReader failed" in text or (isinstance(exc, OSError) and exc.errno == errno.EINVAL):
+        return "its zip archive is cut short or damaged, as a copy or save that did not finish leaves it; copy it again"
+    return first_line(exc)
 
 
 def first_line(exc: BaseException) -> str:

@@ -33,7 +33,7 @@ from transduce.service.errors import ApiError
 from transduce.service.glossary import Terms, duplicate, glossaries, mask_text, server_terms, splitter, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
 from transduce.service.htmlunits import PLACEHOLDER
-from transduce.service.schemas import TranslateRequest
+from transduce.service.schemas import GlossaryEntry, TranslateRequest
 
 
 class Item(Protocol):
@@ -117,7 +117,7 @@ def validate_request(
     detected = tuple(auto[0].detect(t, auto[1]) for t in plain) if auto else None
     sources = tuple(d.language for d in detected) if detected else (req.source,) * len(texts)
     unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
-    terms = {source: _terms(req, settings, source) for source in set(sources)}  # once, not per item
+    terms = {source: _terms(settings, source, req.target, req.glossary or ()) for source in set(sources)}  # once
     items: tuple[Item, ...] = tuple(
         _masked(
             html[i] if html is not None else text,
@@ -253,12 +253,14 @@ def _check_glossary(req: TranslateRequest, settings: Settings) -> None:
         raise ApiError(400, f"glossary has {twice_text(twice)}: keep one entry per source term")
 
 
-def _terms(req: TranslateRequest, settings: Settings, source: str) -> tuple[Terms, Terms]:
+def _terms(
+    settings: Settings, source: str, target: str, request_terms: Sequence[GlossaryEntry] = ()
+) -> tuple[Terms, Terms]:
     """The glossaries for texts translated from ``source``: the request's and the server's for the pair; none for a
     text already in the target language (passed through as it is)."""
-    if source == req.target:
+    if source == target:
         return (), ()
-    return glossaries(server_terms(settings.glossary, source, req.target), req.glossary or ())
+    return glossaries(server_terms(settings.glossary, source, target), request_terms)
 
 
 def kept_as_written(runs: Sequence[str]) -> Terms:
@@ -291,13 +293,24 @@ def written_tokens(sentence: str, count: Callable[[str], int]) -> int:
     return count(PLACEHOLDER.sub(" ", sentence)) + 2 * held if held else count(sentence)
 
 
-def within_limits(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> bool:
-    """Whether validation would take ``sentence`` (``pair_counter``'s count and limit): a file is cut to fit."""
-    try:
-        _count_tokens(sentence, settings, counter)
-    except InputTooLongError:
-        return False
-    return True
+def fitting(translator: TranslatorLike, settings: Settings, source: str, target: str) -> Callable[[str], bool]:
+    """Whether validation would take a text of ``source`` sent into ``target`` with no glossary of its own: masked as
+    ``validate_request`` masks it (the server's glossary for the pair, what the model cannot spell), each of its
+    sentences within max_sentence_tokens and the routed model's limit. A file is cut to fit."""
+    counter = pair_counter(translator, source, target)
+    unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
+    terms = _terms(settings, source, target)
+
+    def fits(text: str) -> bool:
+        runs = kept_as_written(unknown(text)) if unknown is not None and source != target else ()
+        try:
+            for sentence in mask_text(text, terms, runs).sentences:
+                _count_tokens(sentence, settings, counter)
+        except InputTooLongError:
+            return False
+        return True
+
+    return fits
 
 
 def _count_tokens(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from transduce.paths import check_output, resolved
 from transduce.training.config import TrainConfig
@@ -22,6 +23,17 @@ _HELP = {
     "init_from": "start from this checkpoint (e.g. the shipped model): its weights, tokenizer and dimensions "
     "(default: a new model)",
 }
+
+
+class _Named(argparse.Action):
+    """Stores the option's value and notes that it was named: a resumed run takes some options named on the command
+    line and reports the others it does not take (a default cannot be told from a value typed)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.named_options = {*getattr(namespace, "named_options", ()), self.dest}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,16 +56,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 flag,
                 default=None,
+                action=_Named,
                 help="languages (comma-separated) (default: the two language columns of the corpus's train.tsv "
                 "header, sorted: de,en for en-de, en,fr for en-fr)",
             )
         elif f.name == "origin_weights":
             weights = ",".join(f"{k}={v}" for k, v in defaults.origin_weights)
-            parser.add_argument(flag, default=weights, help=_HELP[f.name])
+            parser.add_argument(flag, default=weights, action=_Named, help=_HELP[f.name])
         else:
             default = getattr(defaults, f.name)
             help_text = _HELP.get(f.name, f.name.replace("_", " "))
-            parser.add_argument(flag, type=type(default), default=default, help=help_text)
+            parser.add_argument(flag, type=type(default), default=default, action=_Named, help=help_text)
 
 
 def corpus_languages(data: Path) -> tuple[str, ...] | None:
@@ -127,10 +140,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.export_fp16:  # checked before training, not found unwritable after it
             check_fp16_output(Path(args.export_fp16), Path(args.out), Path(cfg.init_from) if cfg.init_from else None)
-        trainer = Trainer(data, args.out, cfg, progress=sys.stderr.isatty())
+        named: set[str] = getattr(args, "named_options", set())
+        trainer = Trainer(data, args.out, cfg, progress=sys.stderr.isatty(), named=named)
     except (ValueError, OSError, RuntimeError) as exc:  # a corpus, checkpoint or tokenizer size that does not fit
         print(f"transduce train: {exc}", file=sys.stderr)
         return 1
+    if trainer.ignored:  # said before the run, not found in its checkpoints afterwards
+        why = (
+            f"resuming the run in {args.out}, which keeps its own options (train into another --out to change them)"
+            if trainer.resumed
+            else f"--init-from {cfg.init_from} decides the model's dimensions, languages and tokenizer"
+        )
+        print(f"transduce train: {why}: ignored {'; '.join(trainer.ignored)}", file=sys.stderr)
     try:
         summary = trainer.run()
     except Interrupted as exc:  # Ctrl-C: the step in progress finished and was saved

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -141,3 +142,41 @@ def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     """Eq. 3 of the paper: d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     step = max(step, 1)
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+ALL_CHECKPOINTS = 1_000_000  # keep_checkpoints / average_last of a run saved with 0, which kept and averaged all
+RUN_LIMITS = ("max_steps", "max_minutes")  # a resumed run always takes the ones given now (the run's totals)
+MACHINE_OPTIONS = ("threads", "checkpoint_minutes")  # a resumed run takes them when named: where it runs, not what
+
+
+def resumed_config(saved: Mapping[str, Any], given: TrainConfig, named: Collection[str] = ()) -> TrainConfig:
+    """The config of a run resumed from its ``saved`` one: the run limits of ``given``, the options of
+    MACHINE_OPTIONS that are ``named`` (on the command line), every other option the run's own. Values saved before
+    they were refused are made sound first, so such a run is not locked out."""
+    values = dict(saved)
+    for name in ("keep_checkpoints", "average_last"):
+        if values.get(name) == 0:  # (only a saved 0 meant all: a missing one is the default)
+            values[name] = ALL_CHECKPOINTS
+    for name in ("eval_examples", "bleu_sentences"):  # saved values refused since 2026-11-27: the ones given
+        if not isinstance(values.get(name), int) or values[name] < (1 if name == "eval_examples" else 0):
+            values[name] = getattr(given, name)
+    if isinstance(values.get("max_len"), int) and isinstance(values.get("max_positions"), int):
+        values["max_len"] = min(values["max_len"], values["max_positions"] - 2)  # (it trained: skip longer ones)
+    taken = [*RUN_LIMITS, *(name for name in MACHINE_OPTIONS if name in named)]
+    return TrainConfig.from_dict({**values, **{name: getattr(given, name) for name in taken}})
+
+
+def ignored_options(given: TrainConfig, used: TrainConfig, named: Collection[str]) -> list[str]:
+    """``--option VALUE (VALUE used)`` for each option ``named`` on the command line whose value in ``given`` the
+    run does not use: a resumed run keeps its own, a warm start takes the checkpoint's dimensions."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, tuple):
+            return ",".join(f"{v[0]}={v[1]:g}" if isinstance(v, tuple) else str(v) for v in value)
+        return str(value)
+
+    return [
+        f"--{name.replace('_', '-')} {shown(getattr(given, name))} ({shown(getattr(used, name))} used)"
+        for name in sorted(named)
+        if hasattr(given, name) and getattr(given, name) != getattr(used, name)
+    ]

@@ -9,7 +9,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -33,15 +33,12 @@ from transduce.training.batching import (
     read_pairs,
     token_batches,
 )
-from transduce.training.config import TrainConfig, noam_lr
+from transduce.training.config import TrainConfig, ignored_options, noam_lr, resumed_config
 from transduce.training.decode import greedy
 from transduce.training.interrupt import Interrupted, deferred_interrupt
 
 log = logging.getLogger("transduce.train")
 MAX_EMPTY_EPOCHS = 1000  # epochs in a row that sample no batch before a run gives up
-
-
-_ALL_CHECKPOINTS = 1_000_000  # keep_checkpoints / average_last of a run saved with 0, which kept and averaged all
 
 
 def _rank_world() -> tuple[int, int]:
@@ -118,14 +115,25 @@ def load_weights(model: Transformer, state: dict[str, torch.Tensor], source: str
 class Trainer:
     """One run: data, model, optimiser, schedule, checkpoints; resumable from out_dir/last.pt."""
 
-    def __init__(self, data_dir: str | Path, out_dir: str | Path, cfg: TrainConfig, *, progress: bool = True) -> None:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        out_dir: str | Path,
+        cfg: TrainConfig,
+        *,
+        progress: bool = True,
+        named: Collection[str] = (),
+    ) -> None:
+        """``named``: the options given on the command line (a resumed run takes MACHINE_OPTIONS among them, and
+        ``ignored`` lists those it does not take)."""
+        given = cfg
         self.data_dir, self.out_dir = Path(data_dir), Path(out_dir)
         self.rank, self.world = _rank_world()
         self.progress = progress and self.rank == 0
         self.out_dir.mkdir(parents=True, exist_ok=True)
         resume = load_raw(self.out_dir / "last.pt") if (self.out_dir / "last.pt").is_file() else None
         init = load_raw(cfg.init_from) if cfg.init_from and not resume else None
-        # a resumed run keeps its saved config; only the run limits may change
+        # a resumed run keeps its saved config but for the run limits and the machine options named now
         if resume is not None and not isinstance(resume.get("train_config"), dict):
             raise ValueError(
                 f"{self.out_dir / 'last.pt'} is a checkpoint but not a training run's (it has no train_config): "
@@ -133,21 +141,12 @@ class Trainer:
             )
         if init is not None and not isinstance(init.get("model_config"), dict):
             raise ValueError(f"--init-from {cfg.init_from} is incomplete: it has no model_config")
-        if resume:  # the limits given now replace the saved ones before the config is checked (a run saved with
-            # limits refused today, -1 steps say, resumes with sound ones); keep_checkpoints/average_last 0 meant all
-            saved = dict(resume["train_config"])
-            for name in ("keep_checkpoints", "average_last"):
-                if saved.get(name) == 0:  # (only a saved 0 meant all: a missing one is the default)
-                    saved[name] = _ALL_CHECKPOINTS
-            for name in ("eval_examples", "bleu_sentences"):  # saved values refused since 2026-11-27: the ones given
-                if not isinstance(saved.get(name), int) or saved[name] < (1 if name == "eval_examples" else 0):
-                    saved[name] = getattr(cfg, name)
-            if isinstance(saved.get("max_len"), int) and isinstance(saved.get("max_positions"), int):
-                saved["max_len"] = min(saved["max_len"], saved["max_positions"] - 2)  # (it trained: skip longer ones)
-            cfg = TrainConfig.from_dict({**saved, "max_steps": cfg.max_steps, "max_minutes": cfg.max_minutes})
+        if resume:  # the limits given now replace the saved ones before the config is checked
+            cfg = resumed_config(resume["train_config"], cfg, named)
         elif init:
             cfg = warm_start_config(cfg, init, self.out_dir)
-        self.cfg = cfg
+        self.cfg, self.resumed = cfg, resume is not None
+        self.ignored = ignored_options(given, cfg, named)  # options named that the run does not take (the CLI says)
         check_sampled(self.data_dir / "train.tsv", dict(cfg.origin_weights))  # before the tokenizer is trained
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)

@@ -33,7 +33,6 @@ from transduce.service.detect import MAX_DETECT_CHARS, get_detector
 from transduce.service.documents import MEDIA_TYPES, Document, read_document, too_many_chars
 from transduce.service.errors import ApiError
 from transduce.service.filestore import StoreFullError, ascii_name
-from transduce.service.glossary import mask_text
 from transduce.service.multipart import ClosingBoundary, read_multipart
 from transduce.service.observability import RequestTiming
 from transduce.service.request_body import content_type
@@ -44,12 +43,10 @@ from transduce.service.validation import (
     AUTO,
     auto_candidates,
     check_route,
-    kept_as_written,
+    fitting,
     known_case,
     model_languages,
-    pair_counter,
     validate_request,
-    within_limits,
 )
 
 router = APIRouter(tags=["files"])
@@ -124,14 +121,7 @@ async def translate_units(
     with the queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
     most, translator = settings.max_queue_items, pipeline.translator
-    counter = pair_counter(translator, source, target)  # several models: as the one the pair is routed to counts
-    unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
-
-    def fits(text: str) -> bool:  # as validation counts it, what the model cannot spell masked as there
-        runs = unknown(text) if unknown is not None else []
-        sentences = mask_text(text, runs=kept_as_written(runs)).sentences if runs else [text]
-        return all(within_limits(s, settings, counter) for s in sentences)
-
+    fits = fitting(translator, settings, source, target)  # as validation counts; several models: the routed one
     # in a thread: a file's 100,000 characters of long lines took seconds of tokenizing and masking
     pieces = await asyncio.to_thread(_pieces, units, settings.max_chars, fits, most)
     out = [""] * len(units)
