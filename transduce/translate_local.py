@@ -20,7 +20,7 @@ from transduce.engine.translator import Translator
 from transduce.service.detect import LanguageDetector, detector_for
 from transduce.service.errors import ApiError
 from transduce.service.glossary import TextWithTerms, mask_text
-from transduce.service.htmlunits import plain_retry
+from transduce.service.placeholders import plain_retry
 from transduce.service.validation import (
     AUTO,
     auto_candidates,

@@ -35,7 +35,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from transduce.engine.errors import UnsupportedLanguageError
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
-from transduce.engine.translator import TranslationResult, Translator
+from transduce.engine.results import TranslationResult
+from transduce.engine.translator import Translator
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorFactory, TranslatorLike
 from transduce.service.main import create_app

@@ -10,7 +10,7 @@ import pytest
 
 from tests.service.harness import FakeTranslator, fake_translation, serve
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
-from transduce.engine.translator import TranslationResult
+from transduce.engine.results import TranslationResult
 
 pytestmark = pytest.mark.anyio
 

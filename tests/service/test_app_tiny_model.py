@@ -14,8 +14,9 @@ from asgi_lifespan import LifespanManager
 
 from tests.service.harness import EN_DE, build_app, post_then_hang_up, serve, wait_until
 from transduce.engine.options import SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
+from transduce.engine.results import TranslationResult
 from transduce.engine.session import usable_cores
-from transduce.engine.translator import TranslationResult, Translator
+from transduce.engine.translator import Translator
 from transduce.service.cache import CacheKey, TranslationCache
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike

@@ -9,7 +9,7 @@ import pytest
 
 from tests.service.harness import EN_DE, FakeTranslator, serve
 from transduce.engine.options import DecodeOptions
-from transduce.engine.translator import TranslationResult
+from transduce.engine.results import TranslationResult
 from transduce.service.cache import TranslationCache
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,8 @@ from tests.service.harness import EN_DE, FakeTranslator, build_app, serve
 from tests.service.test_app_html import assert_same_markup
 from tests.service.test_html_placeholders import MangledTranslator
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
-from transduce.engine.translator import TranslationResult, Translator
+from transduce.engine.results import TranslationResult
+from transduce.engine.translator import Translator
 from transduce.service.engine_api import TranslatorLike
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,8 @@ from tests.service.test_app_html import (
     translate,
 )
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
-from transduce.engine.translator import TranslationResult, Translator
+from transduce.engine.results import TranslationResult
+from transduce.engine.translator import Translator
 from transduce.service.htmldoc import parse_html
 
 pytestmark = pytest.mark.anyio

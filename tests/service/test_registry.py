@@ -20,8 +20,9 @@ import pytest
 from tests.service.harness import DelegatingTranslator, IsolatedSettings, metric, serve_models
 from transduce.engine.errors import ModelLoadError
 from transduce.engine.options import DEFAULT_OPTIONS, SERVED_NO_REPEAT_NGRAM_SIZE, DecodeOptions
+from transduce.engine.results import TranslationResult
 from transduce.engine.text import split_long
-from transduce.engine.translator import TranslationResult, Translator
+from transduce.engine.translator import Translator
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.main import load_model_dir

@@ -18,7 +18,8 @@ from transduce.tokenizer import Tokenizer
 from transduce.training.average import average_checkpoints
 from transduce.training.batching import collate, make_examples, read_pairs, token_batches
 from transduce.training.config import TrainConfig, noam_lr
-from transduce.training.train import Trainer, load_weights
+from transduce.training.run_setup import load_weights
+from transduce.training.train import Trainer
 
 WORDS = [
     ("house", "Haus"),

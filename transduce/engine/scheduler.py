@@ -29,11 +29,12 @@ from transduce.engine.errors import (
     RequestTooLargeError,
 )
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
+from transduce.engine.results import TranslationResult
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.running import Job, RunningBatch
 from transduce.engine.search import Hypothesis
 from transduce.engine.slots import Request, Slot, StepStats, Timed, call_soon
-from transduce.engine.translator import TranslationResult, Translator
+from transduce.engine.translator import Translator
 
 __all__ = ["StepScheduler", "StepStats", "Timed"]
 

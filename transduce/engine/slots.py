@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
+from transduce.engine.results import TranslationResult
 from transduce.engine.running import Job
-from transduce.engine.translator import TranslationResult
 
 
 @dataclass(frozen=True)

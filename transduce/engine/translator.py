@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 
@@ -19,6 +16,7 @@ from transduce.engine.errors import InputTooLongError, ModelLoadError, Unsupport
 from transduce.engine.manifest import load_manifest
 from transduce.engine.numpy_runner import NumpyRunner
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
+from transduce.engine.results import EngineStats, TranslationResult, filled
 from transduce.engine.runner import CUDA, DecoderRunner, OrtSessions
 from transduce.engine.search import GreedySearch, Hypothesis, make_search
 from transduce.engine.session import model_providers, open_runner, usable_cores
@@ -29,39 +27,8 @@ from transduce.tokenizer import Tokenizer
 log = logging.getLogger("transduce.engine")
 
 
-@dataclass(frozen=True)
-class TranslationResult:
-    """The n-best list of one input, best first; ``scores`` is empty unless ``return_scores`` was set."""
-
-    hypotheses: list[str]
-    tokens: list[list[int]]
-    scores: list[float] = field(default_factory=list)
-
-
 OnResult = Callable[[int, TranslationResult], None]  # (input index, its result) as soon as that input is done
 Dropped = Callable[[], Collection[int]]  # polled between decoder steps: the inputs nobody waits for any more
-
-
-@dataclass
-class EngineStats:
-    """Counters the service exports as metrics; updated under a lock by whoever translates."""
-
-    batches: int = 0
-    sentences: int = 0
-    source_tokens: int = 0
-    padded_source_tokens: int = 0
-    generated_tokens: int = 0
-    decoder_steps: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-
-def filled(results: list[TranslationResult | None]) -> list[TranslationResult]:
-    """``results`` once every slot holds a result (an empty slot is a bug in the code that filled it: raised, never
-    dropped, so results never shift onto the wrong inputs)."""
-    missing = [i for i, r in enumerate(results) if r is None]
-    if missing:
-        raise RuntimeError(f"no translation was produced for inputs {missing[:10]}: a decoding loop bug")
-    return cast(list[TranslationResult], results)
 
 
 def count_source_tokens(tokenizer: Tokenizer, text: str) -> int:

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from transduce.engine.options import DecodeOptions
-from transduce.engine.translator import TranslationResult
+from transduce.engine.results import TranslationResult
 
 CacheKey = tuple[str, str, DecodeOptions, str]  # (source, target, options, sentence)
 

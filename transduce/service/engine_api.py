@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from transduce.engine.options import DecodeOptions
-from transduce.engine.translator import TranslationResult
+from transduce.engine.results import TranslationResult
 from transduce.service.config import Settings
 
 

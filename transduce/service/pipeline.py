@@ -17,15 +17,16 @@ from typing import Any, Protocol, TypeVar
 from transduce.engine.batcher import BatcherConfig, BatchStats, Delivery, DynamicBatcher
 from transduce.engine.errors import RequestTooLargeError
 from transduce.engine.options import DecodeOptions, SchedulerConfig, sentence_cost
+from transduce.engine.results import TranslationResult, filled
 from transduce.engine.scheduler import StepScheduler, StepStats, Timed
 from transduce.engine.text import has_letters
-from transduce.engine.translator import TranslationResult, Translator, filled
+from transduce.engine.translator import Translator
 from transduce.service.cache import TranslationCache
 from transduce.service.config import Settings
 from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
-from transduce.service.htmlunits import plain_retry
 from transduce.service.observability import LatencyWindow, Metrics, RequestTiming
+from transduce.service.placeholders import plain_retry
 from transduce.service.schemas import TranslateRequest
 from transduce.service.validation import TranslationJob, validate_request
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from transduce.engine.errors import UnsupportedLanguageError
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
+from transduce.engine.results import TranslationResult
 from transduce.engine.text import split_long
-from transduce.engine.translator import TranslationResult
 from transduce.service.model_metrics import ModelMetrics
 from transduce.service.models import ModelPool, ModelUnavailableError
 from transduce.service.observability import RequestTiming

@@ -32,7 +32,7 @@ from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
 from transduce.service.glossary import Terms, duplicate, glossaries, mask_text, server_terms, splitter, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
-from transduce.service.htmlunits import PLACEHOLDER
+from transduce.service.placeholders import PLACEHOLDER
 from transduce.service.schemas import GlossaryEntry, TranslateRequest
 
 
