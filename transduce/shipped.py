@@ -77,13 +77,14 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
 
 def _damage(model_dir: Path, *, stamp: bool) -> str | None:
     """Why the export in ``model_dir`` cannot be loaded (a file missing, or not matching its checksum), or None.
-    With ``stamp`` the files are hashed only when one changed size or time since they last matched (``STAMP_FILE``):
-    a command's start would otherwise read the model twice, here and when it loads."""
+    With ``stamp`` the files are hashed only when one changed since they last matched (``STAMP_FILE``: its size,
+    times and inode; a change in place restores no ctime): a command's start would otherwise read the model twice,
+    here and when it loads."""
     try:
         manifest = load_manifest(model_dir, check_files=False)
         checksums = manifest.raw.get("checksums", {})
         files = sorted({str(manifest.raw[key]) for key in FILE_KEYS if key in manifest.raw} | set(checksums))
-        seen = {name: [(st := (model_dir / name).stat()).st_size, st.st_mtime_ns] for name in files}
+        seen = {name: _stat(model_dir / name) for name in files}
     except (ModelLoadError, KeyError, TypeError, OSError) as exc:
         return str(exc)
     try:
@@ -99,3 +100,9 @@ def _damage(model_dir: Path, *, stamp: bool) -> str | None:
         with contextlib.suppress(OSError):  # (a read-only cache: hashed again next time)
             (model_dir / STAMP_FILE).write_text(json.dumps(seen), encoding="utf-8")
     return None
+
+
+def _stat(path: Path) -> list[int]:
+    """What changes when a file is written, replaced or has its times restored: size, mtime, ctime, inode."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]

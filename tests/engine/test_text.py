@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from transduce.engine.text import EDGE_MARKS, Segmented, segment, split_long
+from transduce.engine.text import EDGE_MARKS, Segmented, segment, segment_around, split_long
 
 
 @pytest.mark.parametrize(
@@ -137,3 +139,33 @@ def test_split_long_probes_a_sentence_that_fits_once() -> None:
 
     sentence = "word " * 40
     assert split_long(sentence, fits) == [sentence] and probed == [200]
+
+
+def test_split_long_never_cuts_inside_a_span_kept_whole() -> None:
+    """A glossary term is masked as one placeholder of two tokens only whole: a prefix that ends inside it counts its
+    words, so the longest prefix that fits could end inside it, and a cut there lost the term and made a part that
+    did not fit once the term was masked (validation refused the file)."""
+    term = "alpha beta gamma delta epsilon"
+
+    def count(text: str) -> int:  # the term, whole, counts 2; every other word 1
+        return len(text.replace(term, "T T").split())
+
+    rng = random.Random(1)
+    for _ in range(500):
+        words = ["".join(rng.choice("abcdefgh") for _ in range(rng.randint(1, 9))) for _ in range(rng.randint(3, 25))]
+        words.insert(rng.randint(0, len(words)), term)
+        sentence = " ".join(words) + "."
+        at = sentence.index(term)
+        parts = split_long(sentence, lambda t: count(t) <= 6, [(at, at + len(term))])
+        assert "".join(parts) == sentence
+        assert all(count(p) <= 6 for p in parts), parts  # each part fits as the term is counted
+        assert any(term in p for p in parts), parts  # the term never cut in two
+
+
+def test_segment_around_ends_no_sentence_inside_a_span() -> None:
+    text = "  We work for Acme Inc. The firm makes tools. Call us! "
+    at = text.index("Acme Inc.")
+    kept = segment_around(text, [(at, at + len("Acme Inc."))])
+    assert kept.sentences == ("We work for Acme Inc. The firm makes tools.", "Call us!")
+    assert kept.rejoin(list(kept.sentences)) == text and kept.leading == "  " and kept.separators == (" ", " ")
+    assert segment_around(text, []) == segment(text) and len(segment(text).sentences) == 3

@@ -1,6 +1,7 @@
 """Export tests: graphs, manifest, parity with PyTorch (fp32), staleness and bad checkpoints."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -133,11 +134,15 @@ def test_a_damaged_export_of_the_shipped_model_is_made_again(
     assert "encoder.onnx" not in hashed  # unchanged since they matched: only the checkpoint's staleness check
     data = out / "encoder.onnx.data" if (out / "encoder.onnx.data").is_file() else out / "encoder.onnx"
     whole = data.read_bytes()
-    for damage in (whole[: len(whole) // 2], None):  # cut short, then deleted
+    assert resolve_model_dir(None) == out  # stamped again
+    # changed in place with its size and times put back (a restore, a copy with -p), cut short, deleted
+    for damage in (bytes(len(whole)), whole[: len(whole) // 2], None):
+        times = data.stat()
         if damage is None:
             data.unlink()
         else:
             data.write_bytes(damage)
+            os.utime(data, ns=(times.st_atime_ns, times.st_mtime_ns))
         with caplog.at_level("WARNING", logger="transduce"):
             assert resolve_model_dir(None) == out
         assert "the shipped model's export is damaged" in caplog.text

@@ -1,5 +1,6 @@
 """Model tests: the cache gives the same logits as the full prefix; config round trip; checkpoint round trip."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,17 @@ def test_checkpoint_round_trip_fp16(tmp_path: Path) -> None:
             f"{tmp_path / 'cut.pt'} is not a transduce checkpoint, or is damaged (its zip archive is cut short or "
             "damaged, as a copy or save that did not finish leaves it; copy it again)"
         )
+    flipped = bytearray(path.read_bytes())  # a byte of a weight flipped: torch.load never checks, it loaded
+    flipped[flipped.index(b"data/0") + 300] ^= 0xFF
+    others = {
+        "flipped.pt": (bytes(flipped), "data/0 inside it fails its checksum: the file is damaged; copy it again"),
+        "zeros.pt": (bytes(4096), "it holds only zero bytes"),  # (was "it holds objects a checkpoint never has")
+        "pointer.pt": (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\n", "fetch it with `git lfs pull`"),
+    }
+    for name, (data, why) in others.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match=re.escape(why)):
+            load_checkpoint(tmp_path / name)
 
 
 def test_beams_share_their_sentences_cross_attention() -> None:

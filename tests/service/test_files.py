@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
+import json
 import logging
 import os
 import tempfile
@@ -481,6 +482,35 @@ async def test_a_sentence_with_a_server_glossary_term_is_cut_as_validation_count
         got = await fetch(client, await upload(client, "g.txt", text.encode()))
     assert "Zebra" in got.text.split("\n")[0]  # the term kept, the sentence cut into parts that fit
     assert got.text.split("\n")[1] == fake_translation("Next line.")
+
+
+async def test_a_file_is_cut_as_validation_reads_terms_that_hold_a_sentence_end_or_many_words(tmp_path: Path) -> None:
+    """A term holding a sentence end ("Co. KG") ends no sentence once masked: the cutter cut there, and the sentence
+    validation read was over the limit. A cut inside a five-word term counted its words, not its placeholder: the
+    part did not fit, and the term was lost. Both failed the whole file with a 400."""
+    glossary = tmp_path / "glossary.json"
+    terms = [
+        {"source": "Acme GmbH & Co. KG", "target": None},
+        {"source": "alpha beta gamma delta epsilon", "target": None},
+    ]
+    glossary.write_text(json.dumps({"en-de": terms}), encoding="utf-8")
+    lines = [
+        "one two three four five Acme GmbH & Co. KG six seven eight nine ten.",
+        "d bhfbhf aagehe de gcgccad e hbhh alpha beta gamma delta epsilon dbceaac ag daeaad ffba cechabcaa g fehfafff "
+        "egdfb ehhfcf gegbfa ebgc db daehaagh hgbghed dehfabb.",
+    ]
+    fake = FakeTranslator()
+    async with serve(fake, max_sentence_tokens=10, glossary_file=str(glossary)) as (client, _):
+        got = await fetch(client, await upload(client, "terms.txt", "\n".join(lines).encode()))
+    first, second = got.text.split("\n")
+    assert "Acme GmbH & Co. KG" in first and "alpha beta gamma delta epsilon" in second  # kept whole, as written
+    sent = [s for call in fake.calls[1:] for s in call]
+    assert sorted(w for s in sent for w in s.split() if "[" not in w) == sorted(
+        w
+        for line in lines
+        for w in line.split()
+        if w not in ["Acme", "GmbH", "&", "Co.", "KG", "alpha", "beta", "gamma", "delta", "epsilon"]
+    )  # every other word sent once: nothing dropped
 
 
 class CountsWhere(FakeTranslator):

@@ -17,10 +17,12 @@ import pytest
 
 from tests.service.harness import FakeTranslator, serve
 from tests.service.test_files import fetch, make_docx, round_trip, upload
+from transduce.engine.text import segment
 from transduce.service.documents import read_document
 from transduce.service.errors import ApiError
 from transduce.service.filestore import FileStore, StoreFullError
 from transduce.service.routers.files import _pieces
+from transduce.service.validation import Fitting
 
 pytestmark = pytest.mark.anyio
 
@@ -210,7 +212,8 @@ async def test_a_long_run_of_whitespace_is_sent_in_pieces_within_max_chars() -> 
     assert " " * 6000 in got.text and got.text.split() == ["WORD"] * 600
     assert all(sum(map(len, call)) <= 5000 for call in fake.calls[1:])
     units = [line.strip(), "A. B. " * 20 + " " * 30 + "C."]
-    pieces = _pieces(units, 100, lambda text: len(text.split()) <= 50, max_sentences=8)
+    fitting = Fitting(lambda text: all(len(s.split()) <= 50 for s in segment(text).sentences), lambda text: [])
+    pieces = _pieces(units, 100, fitting, max_sentences=8)
     assert ["".join(text for i, text, _ in pieces if i == k) for k in (0, 1)] == units  # nothing lost
     assert all(len(text) <= 100 and n <= 8 for _, text, n in pieces)
 

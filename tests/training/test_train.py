@@ -461,8 +461,12 @@ def test_a_resumed_run_says_which_options_named_it_does_not_take(
         "lr_scale": 1.0,
         "d_model": 32,
     }
-    assert main([*first, "--max-steps", "3"]) == 0  # the same options again: nothing to say
+    assert main([*first, "--max-steps", "3", "--languages", "en,de"]) == 0  # the same options again (in any order)
     assert capsys.readouterr().err == ""
+    assert main([*first, "--max-steps", "3", "--init-from", str(tmp_path / "x.pt"), "--origin-weights", "ding=2"]) == 0
+    err = capsys.readouterr().err  # (a list given replaces the table: the origins it leaves out weigh 1)
+    assert f"ignored --init-from {tmp_path / 'x.pt'} (none used); --origin-weights auf-deutsch-word=1," in err
+    assert ",ding=2," in err and ",ding=0.25," in err and "tatoeba=1,wmt=1,wmt-sys=1 (" in err
     warm = ["train", "--data", str(data), "--out", str(tmp_path / "warm"), "--bleu-sentences", "0", "--max-steps", "1"]
     assert main([*warm, "--init-from", str(tmp_path / "run" / "last.pt"), "--d-model", "64", "--n-heads", "4"]) == 0
     assert capsys.readouterr().err == (

@@ -5,6 +5,8 @@ The service, ``transduce translate`` and the tests all split and re-join through
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -109,36 +111,84 @@ def segment(text: str) -> Segmented:
     return Segmented(tuple(sentences), tuple("".join(parts) for parts in separators), text[: len(text) - len(body)])
 
 
+_ENDS_SENTENCE = re.compile(r"[\s.!?…]")  # what could end a sentence: hidden inside a span kept whole
+
+
+def segment_around(text: str, keep: Sequence[tuple[int, int]]) -> Segmented:
+    """``segment(text)`` that ends no sentence inside a span of ``keep`` ((start, end) offsets: a glossary term or a
+    run the model cannot spell, which the service masks whole, so "Acme Inc." does not end a sentence)."""
+    if not keep:
+        return segment(text)
+    view = list(text)
+    for start, end in keep:
+        view[start:end] = _ENDS_SENTENCE.sub("_", text[start:end])
+    seen = segment("".join(view))  # the same lengths: its pieces are read back from ``text`` at the same offsets
+    at = len(seen.leading)
+    sentences, separators = [], []
+    for sentence, separator in zip(seen.sentences, seen.separators, strict=True):
+        sentences.append(text[at : at + len(sentence)])
+        separators.append(text[at + len(sentence) : at + len(sentence) + len(separator)])
+        at += len(sentence) + len(separator)
+    return Segmented(tuple(sentences), tuple(separators), text[: len(seen.leading)])
+
+
 _CLAUSE = re.compile(r"[,;:)\]](?=\s)|\s[-–—](?=\s)")  # where a sentence may be cut short of a sentence end
+_TRIED_CUTS = 8  # with spans to keep whole: cut points tried (each a probe) before a part ends where it stops fitting
 
 
 _FIRST_PROBE = 64  # characters: split_long's first prefix
 
 
-def split_long(sentence: str, fits: Callable[[str], bool]) -> list[str]:
+def split_long(sentence: str, fits: Callable[[str], bool], keep: Sequence[tuple[int, int]] = ()) -> list[str]:
     """``sentence`` cut into consecutive parts that each ``fits`` (e.g. within a token limit); joined they give back
     ``sentence``. A part ends after the last clause mark (, ; : ) or a spaced dash) in the second half of the longest
     prefix that fits, else at its last space, else (one long word) where it stops fitting; each part keeps the
-    whitespace that follows it."""
+    whitespace that follows it. No part ends inside a span of ``keep`` ((start, end) offsets: a glossary term, which
+    counts as one placeholder only whole) unless no cut outside one fits."""
     if not sentence or fits(sentence):  # (most do: one probe)
         return [sentence] if sentence else []
     parts: list[str] = []
-    rest = sentence
-    while rest:
+    at = 0
+    while at < len(sentence):
+        rest = sentence[at:]
         lo = _longest_fitting(rest, fits)
         if lo == len(rest):
             break
-        window = rest[:lo]
-        marks = [m.end() for m in _CLAUSE.finditer(window) if m.end() > lo // 2]
-        space = window.rstrip().rfind(" ")
-        cut = marks[-1] if marks else space if space > 0 else lo
-        while cut < len(rest) and rest[cut].isspace():  # the whitespace after a part stays with it
-            cut += 1
+        inside = [(a - at, b - at) for a, b in keep if b > at]
+        cut = _cut(rest, lo, inside, fits)
         parts.append(rest[:cut])
-        rest = rest[cut:]
-    if rest:
-        parts.append(rest)
+        at += cut
+    if at < len(sentence):
+        parts.append(sentence[at:])
     return parts
+
+
+def _cut(rest: str, lo: int, keep: Sequence[tuple[int, int]], fits: Callable[[str], bool]) -> int:
+    """Where the part that starts ``rest`` ends (``split_long``), its whitespace after it included; ``lo``: the
+    longest prefix that fits. Outside ``keep``'s spans, whose count is not a prefix's, each cut is probed."""
+    window = rest[:lo]
+    marks = [m.end() for m in _CLAUSE.finditer(window) if m.end() > lo // 2]
+    space = window.rstrip().rfind(" ")
+    if keep:
+        spaces = (at for at in range(len(window.rstrip()) - 1, 0, -1) if window[at] == " ")  # the last first
+        candidates = itertools.chain(reversed(marks), spaces, (lo,))
+        starts = [a for a, _ in keep]  # (the spans do not overlap, in order)
+
+        def inside(at: int) -> bool:  # within the last span that starts before it
+            k = bisect.bisect_left(starts, at) - 1
+            return k >= 0 and keep[k][1] > at
+
+        outside = itertools.islice((c for c in candidates if not inside(c)), _TRIED_CUTS)
+        fitting = (c for c in outside if fits(rest[: _after_space(rest, c)]))
+        return _after_space(rest, next(fitting, lo))
+    return _after_space(rest, marks[-1] if marks else space if space > 0 else lo)
+
+
+def _after_space(text: str, at: int) -> int:
+    """``at`` moved past the whitespace that follows it (it stays with the part before)."""
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
 
 
 def _longest_fitting(text: str, fits: Callable[[str], bool]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,9 @@ def load_raw(path: str | Path) -> dict[str, Any]:
     """The checkpoint's dictionary, checked for format; raises ValueError with a readable message."""
     path = Path(path)
     check_checkpoint_path(path)
+    problem = _not_torch(path)
+    if problem is not None:
+        raise ValueError(f"{path} is not a transduce checkpoint, or is damaged ({problem})")
     try:
         with warnings.catch_warnings():  # (torch warns of a pickle protocol before it refuses a foreign file)
             warnings.simplefilter("ignore")
@@ -131,6 +135,36 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(model, config, payload["tokenizer_model"], meta)
 
 
+_SIGNATURES = (  # what a file given as a checkpoint turned out to be, by its first bytes
+    (b"version https://git-lfs", "it is a Git LFS pointer, not the file: fetch it with `git lfs pull`"),
+    (b"\x1f\x8b", "it is gzip-compressed: decompress it first"),
+    (b"<", "it is text (an HTML or XML page?), not a torch file"),
+)
+_ARCHIVE_CUT = "its zip archive is cut short or damaged, as a copy or save that did not finish leaves it; copy it again"
+
+
+def _not_torch(path: Path) -> str | None:
+    """Why ``path`` cannot be a torch checkpoint, from its first bytes and (a zip archive, as torch saves) its
+    members' checksums, which torch.load never checks (a flipped byte loaded as a wrong weight); None when it may be
+    one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+        if head.startswith(b"PK\x03\x04"):
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+            return f"{bad} inside it fails its checksum: the file is damaged; copy it again" if bad else None
+    except zipfile.BadZipFile:
+        return _ARCHIVE_CUT
+    except (OSError, RuntimeError, EOFError) as exc:  # (zipfile: RuntimeError for an encrypted member)
+        return f"{type(exc).__name__}: {exc}"
+    if not head or head.startswith(b"\x80"):  # empty, or a pickle (torch's legacy format): torch.load says
+        return None
+    if not head.strip(b"\0"):
+        return "it holds only zero bytes: a copy or save that did not finish; copy it again"
+    return next((why for sign, why in _SIGNATURES if head.startswith(sign)), "it is not a torch file")
+
+
 def unreadable(exc: BaseException) -> str:
     """Why torch.load could not read a file, in one line; in our words where the cause is known."""
     text = str(exc)
@@ -140,7 +174,7 @@ def unreadable(exc: BaseException) -> str:
         return f"{type(exc).__name__}: it is empty, cut short or not a torch file"
     # a zip archive cut short: miniz's message and advice (cut at 300 characters), or "[Errno 22] Invalid argument"
     if "PytorchStreamReader failed" in text or (isinstance(exc, OSError) and exc.errno == errno.EINVAL):
-        return "its zip archive is cut short or damaged, as a copy or save that did not finish leaves it; copy it again"
+        return _ARCHIVE_CUT
     return first_line(exc)
 
 

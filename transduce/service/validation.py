@@ -32,6 +32,7 @@ from transduce.service.engine_api import TranslatorLike
 from transduce.service.errors import ApiError
 from transduce.service.glossary import Terms, duplicate, glossaries, mask_text, server_terms, splitter, twice_text
 from transduce.service.htmldoc import HtmlItem, parse_html
+from transduce.service.htmlnodes import Term
 from transduce.service.placeholders import PLACEHOLDER
 from transduce.service.schemas import GlossaryEntry, TranslateRequest
 
@@ -293,24 +294,44 @@ def written_tokens(sentence: str, count: Callable[[str], int]) -> int:
     return count(PLACEHOLDER.sub(" ", sentence)) + 2 * held if held else count(sentence)
 
 
-def fitting(translator: TranslatorLike, settings: Settings, source: str, target: str) -> Callable[[str], bool]:
-    """Whether validation would take a text of ``source`` sent into ``target`` with no glossary of its own: masked as
+@dataclass(frozen=True)
+class Fitting:
+    """How validation reads a text of one pair sent with no glossary of its own: a file's pieces are cut to fit."""
+
+    fits: Callable[[str], bool]  # whether validation takes the text (``fitting``)
+    kept: Callable[[str], list[tuple[int, int]]]  # the spans it masks whole (terms, runs): never cut inside
+
+
+def fitting(translator: TranslatorLike, settings: Settings, source: str, target: str) -> Fitting:
+    """How validation reads a text of ``source`` sent into ``target`` with no glossary of its own: masked as
     ``validate_request`` masks it (the server's glossary for the pair, what the model cannot spell), each of its
-    sentences within max_sentence_tokens and the routed model's limit. A file is cut to fit."""
+    sentences within max_sentence_tokens and the routed model's limit."""
     counter = pair_counter(translator, source, target)
     unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
     terms = _terms(settings, source, target)
 
+    def runs(text: str) -> Terms:
+        return kept_as_written(unknown(text)) if unknown is not None and source != target else ()
+
     def fits(text: str) -> bool:
-        runs = kept_as_written(unknown(text)) if unknown is not None and source != target else ()
         try:
-            for sentence in mask_text(text, terms, runs).sentences:
+            for sentence in mask_text(text, terms, runs(text)).sentences:
                 _count_tokens(sentence, settings, counter)
         except InputTooLongError:
             return False
         return True
 
-    return fits
+    def kept(text: str) -> list[tuple[int, int]]:
+        split = splitter(terms, runs(text), html=False)
+        spans, at = [], 0
+        for piece in split(text) if split is not None else ():
+            size = len(piece.source if isinstance(piece, Term) else piece)
+            if isinstance(piece, Term):
+                spans.append((at, at + size))
+            at += size
+        return spans
+
+    return Fitting(fits, kept)
 
 
 def _count_tokens(sentence: str, settings: Settings, counter: tuple[Callable[[str], int], int]) -> int:

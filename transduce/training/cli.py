@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as exc:  # a corpus, checkpoint or tokenizer size that does not fit
         print(f"transduce train: {exc}", file=sys.stderr)
         return 1
-    if trainer.ignored:  # said before the run, not found in its checkpoints afterwards
+    if trainer.ignored and trainer.rank == 0:  # said before the run (once, under torchrun), not found afterwards
         why = (
             f"resuming the run in {args.out}, which keeps its own options (train into another --out to change them)"
             if trainer.resumed

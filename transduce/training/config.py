@@ -168,15 +168,29 @@ def resumed_config(saved: Mapping[str, Any], given: TrainConfig, named: Collecti
 
 def ignored_options(given: TrainConfig, used: TrainConfig, named: Collection[str]) -> list[str]:
     """``--option VALUE (VALUE used)`` for each option ``named`` on the command line whose value in ``given`` the
-    run does not use: a resumed run keeps its own, a warm start takes the checkpoint's dimensions."""
+    run does not use: a resumed run keeps its own, a warm start takes the checkpoint's dimensions. Languages are a
+    set, origin weights a weight per origin (1 where none is given): only the origins whose weight differs show."""
 
-    def shown(value: Any) -> str:
-        if isinstance(value, tuple):
-            return ",".join(f"{v[0]}={v[1]:g}" if isinstance(v, tuple) else str(v) for v in value)
-        return str(value)
+    def shown(name: str, value: Any) -> str:
+        if name in ("keep_checkpoints", "average_last") and value >= ALL_CHECKPOINTS:
+            return "all"
+        if name == "languages":
+            return ",".join(value)
+        return str(value) if value != "" else "none"
 
-    return [
-        f"--{name.replace('_', '-')} {shown(getattr(given, name))} ({shown(getattr(used, name))} used)"
-        for name in sorted(named)
-        if hasattr(given, name) and getattr(given, name) != getattr(used, name)
-    ]
+    ignored = []
+    for name in sorted(n for n in named if hasattr(given, n)):
+        mine, theirs = getattr(given, name), getattr(used, name)
+        if name == "languages" and sorted(mine) != sorted(theirs):
+            ignored.append(f"--languages {shown(name, mine)} ({shown(name, theirs)} used)")
+        elif name == "origin_weights":
+            weights, run = dict(mine), dict(theirs)
+            changed = sorted(k for k in {*weights, *run} if weights.get(k, 1.0) != run.get(k, 1.0))
+            if changed:
+                ignored.append(
+                    f"--origin-weights {','.join(f'{k}={weights.get(k, 1.0):g}' for k in changed)} "
+                    f"({','.join(f'{k}={run.get(k, 1.0):g}' for k in changed)} used)"
+                )
+        elif name not in ("languages", "origin_weights") and mine != theirs:
+            ignored.append(f"--{name.replace('_', '-')} {shown(name, mine)} ({shown(name, theirs)} used)")
+    return ignored

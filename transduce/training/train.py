@@ -79,6 +79,8 @@ class Trainer:
             cfg = warm_start_config(cfg, init, self.out_dir)
         self.cfg, self.resumed = cfg, resume is not None
         self.ignored = ignored_options(given, cfg, named)  # options named that the run does not take (the CLI says)
+        if init and "tokenizer_sample" in named:
+            self.ignored.append(f"--tokenizer-sample {given.tokenizer_sample} (the checkpoint's tokenizer used)")
         check_sampled(self.data_dir / "train.tsv", dict(cfg.origin_weights))  # before the tokenizer is trained
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)

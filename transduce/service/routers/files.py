@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import PurePath
 from urllib.parse import quote
 
@@ -26,7 +25,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 from starlette.types import Message, Receive
 
-from transduce.engine.text import segment, split_long
+from transduce.engine.text import segment_around, split_long
 from transduce.service.config import Settings
 from transduce.service.deps import StateDep, accepted_key, get_pipeline, rate_before_body
 from transduce.service.detect import MAX_DETECT_CHARS, get_detector
@@ -41,6 +40,7 @@ from transduce.service.schemas import ERROR_RESPONSES, DetectedLanguage, Transla
 from transduce.service.state import AppState
 from transduce.service.validation import (
     AUTO,
+    Fitting,
     auto_candidates,
     check_route,
     fitting,
@@ -64,25 +64,26 @@ class FileTranslation(BaseModel):
     detectedLanguage: DetectedLanguage | None = None  # noqa: N815 - under source=auto, as POST /translate answers
 
 
-def _pieces(
-    units: list[str], limit: int, fits: Callable[[str], bool], max_sentences: int
-) -> list[tuple[int, str, int]]:
+def _pieces(units: list[str], limit: int, fitting: Fitting, max_sentences: int) -> list[tuple[int, str, int]]:
     """(unit index, text, sentences) pieces of at most ``limit`` characters and ``max_sentences`` sentences whose
-    sentences each ``fits`` (the token limit): a longer unit is cut between its sentences, and a sentence that does
-    not fit is cut at clause marks or spaces into pieces of its own (``split_long``: a file never fails on one long
-    sentence, and nothing is dropped). Each piece keeps the whitespace after it, so the translated pieces join back
-    with the same spacing; whitespace beyond the limit goes on in pieces of its own (blank: sent back as they are)."""
+    sentences each fit (``fitting``: as validation reads them, glossary terms masked): a longer unit is cut between
+    its sentences, and a sentence that does not fit is cut at clause marks or spaces into pieces of its own
+    (``split_long``, never inside a term: a file never fails on one long sentence, and nothing is dropped). Each
+    piece keeps the whitespace after it, so the translated pieces join back with the same spacing; whitespace beyond
+    the limit goes on in pieces of its own (blank: sent back as they are)."""
     return [
         (index, text, n)
         for index, unit in enumerate(units)
-        for text, n in _unit_pieces(unit, limit, fits, max_sentences)
+        for text, n in _unit_pieces(unit, limit, fitting, max_sentences)
     ]
 
 
-def _unit_pieces(unit: str, limit: int, fits: Callable[[str], bool], max_sentences: int) -> list[tuple[str, int]]:
-    """One unit's pieces (see ``_pieces``) and the sentences in each."""
-    item = segment(unit)
-    if len(unit) <= limit and len(item.sentences) <= max_sentences and all(map(fits, item.sentences)):
+def _unit_pieces(unit: str, limit: int, fitting: Fitting, max_sentences: int) -> list[tuple[str, int]]:
+    """One unit's pieces (see ``_pieces``) and the sentences in each, cut where validation cuts sentences (a term
+    such as "Acme Inc." ends none)."""
+    keep = fitting.kept(unit)
+    item = segment_around(unit, keep)
+    if len(unit) <= limit and len(item.sentences) <= max_sentences and fitting.fits(unit):
         return [(unit, len(item.sentences))]
     pieces: list[tuple[str, int]] = []
     part, count, alone = "", 0, False  # the piece so far, its sentences, whether nothing may join it
@@ -105,11 +106,14 @@ def _unit_pieces(unit: str, limit: int, fits: Callable[[str], bool], max_sentenc
         part += text
 
     space(item.leading)
+    at = len(item.leading)
     for sentence, separator in zip(item.sentences, item.separators, strict=True):
-        short = split_long(sentence, lambda text: len(text) <= limit and fits(text))
+        spans = [(a - at, b - at) for a, b in keep if at <= a and b <= at + len(sentence)]
+        short = split_long(sentence, lambda text: len(text) <= limit and fitting.fits(text), spans)
         for k, text in enumerate(short):
             body, last = text.rstrip(), k == len(short) - 1
             add(body, text[len(body) :] + (separator if last else ""), len(short) > 1, last)
+        at += len(sentence) + len(separator)
     return [*pieces, (part, count)] if part else pieces
 
 
@@ -121,9 +125,9 @@ async def translate_units(
     with the queue and engine time summed over those requests."""
     settings, pipeline = state.settings, get_pipeline(state)
     most, translator = settings.max_queue_items, pipeline.translator
-    fits = fitting(translator, settings, source, target)  # as validation counts; several models: the routed one
+    reads = fitting(translator, settings, source, target)  # as validation counts; several models: the routed one
     # in a thread: a file's 100,000 characters of long lines took seconds of tokenizing and masking
-    pieces = await asyncio.to_thread(_pieces, units, settings.max_chars, fits, most)
+    pieces = await asyncio.to_thread(_pieces, units, settings.max_chars, reads, most)
     out = [""] * len(units)
     queue_ms = inference_ms = 0.0
     start = 0
