@@ -83,3 +83,14 @@ def test_documented_commands_exist() -> None:
 
     for name in re.findall(r"`transduce ([a-z-]+)", README):
         assert name in COMMANDS, name
+
+
+def test_the_readme_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine-as-a-library example under "How it fits together" runs as written."""
+    body = README.split("## How it fits together\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", body, re.S)
+    assert blocks, "no python example"
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})  # noqa: S102 - the README's own example
+    printed = capsys.readouterr().out
+    assert printed.startswith("[") and printed.count("'") >= 4  # two hypotheses and their scores

@@ -104,7 +104,7 @@ def test_each_result_is_handed_over_as_soon_as_its_sentence_ends(
         options=options,
         on_result=lambda i, r: early.append((i, r, len(rows))),
     )
-    assert sorted(i for i, _, _ in early) == list(range(len(SENTENCES)))  # each decoded input once
+    assert sorted(i for i, _, _ in early) == list(range(len(texts)))  # each input once, the blank one too
     assert all(results[i] == result for i, result, _ in early)
     assert min(at for _, _, at in early) < len(rows)  # some were handed over while others still decoded
     assert results == translator.translate(texts, source_lang="en", target_lang="de", options=options)
@@ -458,8 +458,7 @@ def test_replicas_decode_side_by_side_with_the_same_outputs(tiny_model_dir: Path
 def test_auto_replicas_two_on_a_multi_core_cpu_sharing_one_shortlist(
     shortlist_model_dir: Path, monkeypatch: pytest.MonkeyPatch, cores: int, expected: int
 ) -> None:
-    for module in ("translator", "session"):
-        monkeypatch.setattr(f"transduce.engine.{module}.usable_cores", lambda: cores)
+    monkeypatch.setattr("transduce.engine.session.usable_cores", lambda: cores)
     auto = Translator(shortlist_model_dir, device="cpu", replicas=0)
     assert len(auto.runners) == expected
     assert all(r.sessions.options.intra_op_num_threads == cores // expected for r in auto.runners)

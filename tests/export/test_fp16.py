@@ -261,8 +261,7 @@ def test_auto_engine_replicas_on_cuda_are_two_of_one_thread_and_a_cpu_fallback_g
 
     monkeypatch.setattr(session, "choose_providers", lambda device: gpu[1:] if device == "cpu" else gpu)
     monkeypatch.setattr(session.ort, "InferenceSession", StandIn)
-    for module in (translator, session):
-        monkeypatch.setattr(module, "usable_cores", lambda: 8)
+    monkeypatch.setattr(session, "usable_cores", lambda: 8)
 
     def threads(engine: Translator) -> list[int]:
         return [r.sessions.options.intra_op_num_threads for r in engine.runners]

@@ -165,7 +165,7 @@ async def test_the_repeat_guard_is_a_setting(tiny_translator: Translator, schedu
 def test_engine_replicas_default_to_two_on_two_cores_with_either_scheduler(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str
 ) -> None:
-    monkeypatch.setattr("transduce.engine.translator.usable_cores", lambda: 2)
+    monkeypatch.setattr("transduce.engine.session.usable_cores", lambda: 2)
     settings = Settings(model_dir=str(tiny_model_dir), device="cpu", scheduler=scheduler)
     assert settings.engine_replicas == 0  # auto
     engine = load_translator(settings)

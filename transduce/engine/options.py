@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,19 @@ class DecodeOptions:
     no_repeat_ngram_size: int = 0
 
     def __post_init__(self) -> None:
+        # types first, as SchedulerConfig checks them: 2.5 built and failed mid-decode, True passed as 1, "no" as
+        # return_scores True; a numpy integer is taken as the int it is
+        for name in _WHOLE_NUMBERS:
+            value = getattr(self, name)
+            if not (value is None and name == "max_decoding_length"):
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise ValueError(f"{name} must be a whole number, got {value!r}")
+                object.__setattr__(self, name, int(value))
+        for name in ("length_penalty", "max_length_ratio"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), numbers.Real):
+                raise ValueError(f"{name} must be a number, got {getattr(self, name)!r}")
+        if not isinstance(self.return_scores, bool):
+            raise ValueError(f"return_scores must be True or False, got {self.return_scores!r}")
         if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
             raise ValueError(
                 f"beam_size must be between 1 (greedy) and {MAX_BEAM_SIZE} (a search keeps beam x vocabulary scores "
@@ -69,6 +83,15 @@ def no_repeat_problem(size: int) -> str | None:
     return None
 
 
+_WHOLE_NUMBERS = (
+    "beam_size",
+    "max_decoding_length",
+    "extra_decoding_length",
+    "min_decoding_length",
+    "num_hypotheses",
+    "chunk_size",
+    "no_repeat_ngram_size",
+)
 DEFAULT_OPTIONS = DecodeOptions()
 # no_repeat_ngram_size of the service and the command line. On the shipped model at beam 4 it raised chrF on every dev
 # set and direction (Multi30k val +0.2 / +0.1, newstest2013 +0.6 / +1.2) with BLEU within +-0.1 of off and never

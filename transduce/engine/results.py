@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from transduce.engine.options import DecodeOptions
 
 
 @dataclass(frozen=True)
@@ -37,3 +40,10 @@ def filled(results: list[TranslationResult | None]) -> list[TranslationResult]:
     if missing:
         raise RuntimeError(f"no translation was produced for inputs {missing[:10]}: a decoding loop bug")
     return cast(list[TranslationResult], results)
+
+
+def passed_through(text: str, options: DecodeOptions) -> TranslationResult:
+    """The result of a text translated without decoding (blank, or without a letter: itself, stripped), with lists
+    of its own."""
+    k = options.num_hypotheses
+    return TranslationResult([text.strip()] * k, [[] for _ in range(k)], [0.0] * k if options.return_scores else [])

@@ -147,7 +147,7 @@ class DecoderRunner(Protocol):
     """What the translator's decoding loop and the scheduler call."""
 
     sessions: OrtSessions
-    # greedy rows that finish may stay in the state until a quarter of it has (Translator._decode_on): where a
+    # greedy rows that finish may stay in the state until a quarter of it has (decoding.decode_on): where a
     # gather copies every cache on the host; on a device a gather is cheap and extra rows cost a host copy of their
     # log-probs (not measured on a GPU)
     defers_compaction: bool

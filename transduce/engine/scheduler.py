@@ -28,12 +28,14 @@ from transduce.engine.errors import (
     QueueFullError,
     RequestTooLargeError,
 )
+from transduce.engine.inputs import texts_given
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions, SchedulerConfig
-from transduce.engine.results import TranslationResult
+from transduce.engine.results import TranslationResult, passed_through
 from transduce.engine.runner import CUDA, DecoderRunner
 from transduce.engine.running import Job, RunningBatch
 from transduce.engine.search import Hypothesis
 from transduce.engine.slots import Request, Slot, StepStats, Timed, call_soon
+from transduce.engine.text import has_letters
 from transduce.engine.translator import Translator
 
 __all__ = ["StepScheduler", "StepStats", "Timed"]
@@ -112,7 +114,10 @@ class StepScheduler:
         options: DecodeOptions = DEFAULT_OPTIONS,
         deadline: float | None = None,
     ) -> list[Timed]:
-        """Translate sentences (none blank); results in order. Raises the batcher's queue errors."""
+        """Translate sentences; results in order. A blank text gives "" and one without a letter itself, stripped,
+        without decoding, as ``Translator.translate`` does. Raises the batcher's queue errors."""
+        texts = texts_given(texts)
+        source_lang, target_lang = self.translator.spelt(source_lang, target_lang)
         if self._closed:
             raise BatcherClosedError("the scheduler is shutting down and takes no new requests")
         if not self._threads:
@@ -130,21 +135,29 @@ class StepScheduler:
         request = Request(loop, loop.create_future(), len(texts), deadline, now)
         tokenizer = self.translator.tokenizer
         limit_tokens = self.translator.max_source_tokens
+        passed = [i for i, text in enumerate(texts) if not has_letters(text)]  # (made-up words came back for them)
         for i, text in enumerate(texts):
+            if passed and i in passed:
+                continue
             slot = Slot(request, i, now)
             ids = tokenizer.encode_source(text, target_lang)
             if len(ids) > limit_tokens:  # refused here, as translate() does: encoded, it failed its batch-mates too
-                raise InputTooLongError(f"a sentence has {len(ids)} tokens; the model accepts at most {limit_tokens}")
+                raise InputTooLongError(
+                    f"a sentence has {len(ids)} tokens (input {i}); the model accepts at most {limit_tokens}"
+                )
             request.pending.append(Job(ids, options, self._on_done(slot, options), request.over, tag=slot))
+        for i in passed:  # answered at once (the request completes here when every text is one of them)
+            request.deliver(i, Timed(passed_through(texts[i], options), now, now))
+        if not request.pending:
+            return await request.future
         with self._lock:
             if self._closed:  # again under the lock: a worker that crashed meanwhile failed the queue under it
                 raise BatcherClosedError("the scheduler is shutting down and takes no new requests")
-            if self._queued + len(texts) > limit:
-                raise QueueFullError(
-                    f"queue full: {self._queued} of {limit} sentences waiting, no room for {len(texts)}"
-                )
+            queued = len(request.pending)
+            if self._queued + queued > limit:
+                raise QueueFullError(f"queue full: {self._queued} of {limit} sentences waiting, no room for {queued}")
             self._requests.append(request)
-            self._queued += len(texts)
+            self._queued += queued
             for job in request.pending:
                 job.tag.queued_step = self._steps
         self._wake()

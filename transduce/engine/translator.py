@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from transduce.engine import session as session_module
-from transduce.engine.cache import unless_identity
+from transduce.engine.decoding import decode_on
 from transduce.engine.denormals import flushing_denormals
 from transduce.engine.errors import InputTooLongError, ModelLoadError, UnsupportedLanguageError
-from transduce.engine.manifest import load_manifest
+from transduce.engine.inputs import ids_given, texts_given
+from transduce.engine.manifest import load_manifest, spelt_as_known
 from transduce.engine.numpy_runner import NumpyRunner
 from transduce.engine.options import DEFAULT_OPTIONS, DecodeOptions
-from transduce.engine.results import EngineStats, TranslationResult, filled
+from transduce.engine.results import EngineStats, TranslationResult, filled, passed_through
 from transduce.engine.runner import CUDA, DecoderRunner, OrtSessions
-from transduce.engine.search import GreedySearch, Hypothesis, make_search
-from transduce.engine.session import model_providers, open_runner, usable_cores
+from transduce.engine.search import Hypothesis
+from transduce.engine.session import auto_intra_threads, auto_replicas, model_providers, open_runner, release_memory
 from transduce.engine.shortlist import ShortlistConfig, row_peak
 from transduce.engine.text import has_letters
 from transduce.tokenizer import Tokenizer
@@ -34,29 +34,6 @@ Dropped = Callable[[], Collection[int]]  # polled between decoder steps: the inp
 def count_source_tokens(tokenizer: Tokenizer, text: str) -> int:
     """Source length in pieces as the model sees it (tag and eos included); needs only the tokenizer."""
     return len(tokenizer.encode(text)) + 2
-
-
-def auto_replicas() -> int:
-    """Engine replicas for ``replicas=0``, on a CPU and on CUDA alike: 2 where 2 or more cores are usable, else 1.
-    On a CPU (the 2-core bench
-    machine), 2 replicas of 1 thread served 1.17-1.49x the requests/s of 1 of 2 threads at beam 4 from 16 clients
-    on and cut the short requests' open-loop p99 to 0.5-0.8x; with 1-4 clients 0.78-1.30x.
-
-    On CUDA the GPU waits on the host: a decoder step's Python and search work runs between its kernels, and one
-    engine kept an H200 18-19 % busy. Two replicas overlap that work: on an H200 the service served 1.05-1.91x the
-    requests/s of one engine of 16 threads from 16 clients on, beam 4 and greedy, static batching
-    (bench/results/cuda-replicas-h200/); 4 replicas mostly served less than 2."""
-    return 2 if usable_cores() >= 2 else 1
-
-
-def auto_intra_threads(on_cuda: bool, replicas: int) -> int:
-    """Threads per replica for ``intra_threads=0``. On CUDA, 1 for any number of replicas: the graph runs on the
-    GPU, and a wider pool only spins on the host (on an H200 one engine of 16 threads served what one of 1 did, 0.96-
-    1.11x, for 132 against 9 ms of CPU per beam-4 request). On a CPU, one replica gets every core (0; its pool may be
-    the process's, which other models share), several the cores shared out between them."""
-    if on_cuda:
-        return 1
-    return 0 if replicas <= 1 else max(1, usable_cores() // replicas)
 
 
 class Translator:
@@ -176,6 +153,8 @@ class Translator:
         for runner in self.runners:
             self._free.put(runner)
         self.stats = EngineStats()
+        self._holding = threading.local()  # .count: replicas the current thread holds (a re-entrant call's check)
+        self._closed = False
 
     @property
     def model_name(self) -> str:
@@ -201,6 +180,12 @@ class Translator:
     def max_source_tokens(self) -> int:
         """Longest source (in pieces, specials included) the model's positions allow."""
         return self.manifest.max_positions
+
+    def spelt(self, source_lang: str, target_lang: str) -> tuple[str, str]:
+        """The codes as the model spells them where they differ by case alone ("EN" -> "en"), as the service reads
+        them."""
+        source, target = spelt_as_known(self.languages, (source_lang, target_lang))
+        return source, target
 
     def check_pair(self, source_lang: str, target_lang: str) -> None:
         """Raise UnsupportedLanguageError unless the model translates source_lang -> target_lang."""
@@ -234,14 +219,20 @@ class Translator:
         decoding.
 
         ``on_result(i, result)`` is called (on this thread) as soon as input ``i`` is translated, while the rest of
-        its batch may still decode; the returned list holds every result all the same. ``dropped()``, asked between
-        decoder steps, names inputs nobody waits for any more (a client gone): they leave the batch at once, with an
-        empty result (no hypotheses) and no ``on_result``; the others' outputs are unchanged."""
+        its batch may still decode (inputs translated without decoding first); the returned list holds every result
+        all the same. ``dropped()``, asked between decoder steps, names inputs nobody waits for any more (a client
+        gone): they leave the batch at once, with an empty result (no hypotheses) and no ``on_result``; the others'
+        outputs are unchanged. Neither may call this Translator while this thread holds every replica (a
+        RuntimeError, not a hang)."""
+        texts = texts_given(texts)
+        source_lang, target_lang = self.spelt(source_lang, target_lang)
         self.check_pair(source_lang, target_lang)
         todo = [i for i, t in enumerate(texts) if has_letters(t)]
-        k = options.num_hypotheses
-        scores = [0.0] * k if options.return_scores else []
-        results: list[TranslationResult | None] = [TranslationResult([t.strip()] * k, [[]] * k, scores) for t in texts]
+        results: list[TranslationResult | None] = [None] * len(texts)
+        for i in sorted(set(range(len(texts))) - set(todo)):  # each its own lists: a caller may change one
+            results[i] = result = passed_through(texts[i], options)
+            if on_result is not None:
+                on_result(i, result)
         encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
         early = None if on_result is None else (lambda j, result: on_result(todo[j], result))
         gone = None if dropped is None else _positions(dropped, todo)
@@ -261,12 +252,13 @@ class Translator:
     ) -> list[TranslationResult]:
         """Translate source id sequences (tag + pieces + eos); sorted by length and chunked to cut padding.
         ``on_result``, ``dropped``: as in ``translate``, with indices into ``source``."""
-        for seq in source:
+        source = ids_given(source, self.manifest.vocab_size)  # (about 5 µs a sentence: the tokenizer's ids too)
+        for i, seq in enumerate(source):
             if len(seq) == 0:
-                raise ValueError("a source sequence is empty: it needs at least the eos id")
+                raise ValueError(f"source sequence {i} is empty: it needs at least the eos id")
             if len(seq) > self.max_source_tokens:
                 raise InputTooLongError(
-                    f"a sentence has {len(seq)} tokens; the model accepts at most {self.max_source_tokens}"
+                    f"a sentence has {len(seq)} tokens (input {i}); the model accepts at most {self.max_source_tokens}"
                 )
         order = sorted(range(len(source)), key=lambda i: len(source[i]))
         results: list[TranslationResult | None] = [None] * len(source)
@@ -307,107 +299,45 @@ class Translator:
         dropped: Dropped | None = None,
     ) -> list[list[Hypothesis]]:
         """Encode once, then step the decoder until the search is done, on a free replica."""
-        runner = self._free.get()  # blocks while every replica is busy
+        if self._closed:
+            raise RuntimeError("this Translator is closed: open another")
+        held = getattr(self._holding, "count", 0)  # replicas this thread holds: a call from on_result or dropped
+        try:  # waited for itself with every replica held (a hang): now an error
+            runner = self._free.get() if not held else self._free.get_nowait()
+        except queue.Empty:
+            raise RuntimeError(
+                "translate was called from inside on_result or dropped while this thread held every replica of the "
+                "Translator: call it after translate returns (or give the Translator more replicas)"
+            ) from None
+        self._holding.count = held + 1
         try:
             with flushing_denormals():  # masked scores' exp() underflows: microcode assists on x86 (engine.denormals)
-                return self._decode_on(runner, source, options, on_finished, dropped)
+                return decode_on(runner, self.manifest, source, options, self.stats, on_finished, dropped)
         finally:
+            self._holding.count = held
             self._free.put(runner)
 
-    def _decode_on(
-        self,
-        runner: DecoderRunner,
-        source: Sequence[Sequence[int]],
-        options: DecodeOptions,
-        on_finished: Callable[[int, list[Hypothesis]], None] | None = None,
-        dropped: Dropped | None = None,
-    ) -> list[list[Hypothesis]]:
-        """Encode once, then step the decoder until the search is done; finished rows leave the batch.
-        ``on_finished(i, hypotheses)`` as each sentence ends, before the others of the batch do; the sentences
-        ``dropped()`` names leave between steps, with no hypotheses."""
-        m = self.manifest
-        S = max(len(s) for s in source)
-        ids = np.full((len(source), S), m.pad_id, dtype=np.int64)
-        mask = np.zeros((len(source), S), dtype=np.int64)
-        for i, seq in enumerate(source):
-            ids[i, : len(seq)], mask[i, : len(seq)] = seq, 1
-        state = runner.encode(ids, mask)
-        shortlist = runner.sessions.shortlist
-        # candidate ids of this batch (None: the whole vocabulary); the search then works in candidate positions
-        vocab, eos = None, m.eos_id
-        if shortlist is not None:
-            vocab, masks = shortlist.batch(source)
-            state.projection, eos = shortlist.rows(vocab), int(np.searchsorted(vocab, m.eos_id))
-            if runner.sessions.shortlist_masks:  # each row normalised over its own sentence's candidates
-                state.vocab_mask = masks
-        max_lengths = options.max_lengths([len(s) for s in source], m.max_positions - 1)
-        search = make_search(
-            len(source), options, eos_id=eos, max_lengths=max_lengths, select_top_k=runner.sessions.top_k
-        )
-        tokens = np.full(len(source), m.decoder_start_id, dtype=np.int64)
-        steps = 0
-        # greedy rows that finish stay in the state, fed eos and unread, until a quarter of it has finished: the
-        # caches are then gathered once, not at every step where a sentence ends (greedy b32 1.03-1.08x)
-        defer = runner.defers_compaction and isinstance(search, GreedySearch)  # rows only leave, in order
-        kept: np.ndarray | None = None  # once a row finished: the state row of each of the search's rows, ascending
-        gone: set[int] = set()  # sentences dropped so far
-        while not search.is_done():
-            log_probs = runner.step(tokens if kept is None else _spread(tokens, kept, state.rows, m.eos_id), state)
-            # (R, V or C) -> tokens, parents; the kept rows' log-probs are a copy (small: a quarter of rows at most go)
-            out = search.advance(log_probs if kept is None else log_probs[kept])
-            steps += 1
-            if search.is_done():
-                break
-            parent_rows, parent_sentences, next_tokens = out.parent_rows, out.parent_sentences, out.tokens
-            if dropped is not None and (now_gone := [i for i in dropped() if i not in gone]):
-                gone.update(now_gone)
-                keep_rows, keep_sentences = search.drop(now_gone)
-                parent_rows, next_tokens = parent_rows[keep_rows], next_tokens[keep_rows]
-                parent_sentences = parent_sentences[keep_sentences]
-                if search.is_done():
-                    break
-            reordered = out.reordered or len(parent_rows) < len(out.parent_rows)
-            if on_finished is not None:  # the last step's sentences come back with the batch's result
-                for i, hyps in search.take_finished():
-                    on_finished(i, hyps if vocab is None else _in_vocabulary(hyps, vocab))
-            if reordered and defer:  # the gather can wait
-                kept = parent_rows if kept is None else kept[parent_rows]
-                if (state.rows - len(kept)) * 4 >= state.rows:
-                    runner.reorder(state, kept, kept)  # greedy: one row per sentence
-                    kept = None
-            elif reordered:
-                runner.reorder(
-                    state,
-                    unless_identity(parent_rows, len(tokens)),
-                    unless_identity(parent_sentences, len(state.encoder_mask)),
-                )
-            tokens = next_tokens if vocab is None else vocab[next_tokens]
-        hypotheses = search.finalize()
-        if vocab is not None:
-            hypotheses = [_in_vocabulary(hyps, vocab) for hyps in hypotheses]
-        with self.stats.lock:
-            self.stats.batches += 1
-            self.stats.sentences += len(source)
-            self.stats.source_tokens += int(mask.sum())
-            self.stats.padded_source_tokens += int(mask.size)
-            self.stats.decoder_steps += steps
-            self.stats.generated_tokens += sum(len(h[0].tokens) + 1 for h in hypotheses if h)
-        return hypotheses
+    def close(self) -> None:
+        """Let go of the sessions and hand back to the system what they freed (``session.release_memory``; what an
+        engine leaves to glibc otherwise stays with the process). Calls after it raise; closing twice is fine. Not
+        while a call is under way, nor while a StepScheduler runs on this Translator."""
+        if self._closed:
+            return
+        self._closed = True
+        self.runners.clear()
+        while not self._free.empty():
+            self._free.get_nowait()
+        del self.runner
+        release_memory()
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _positions(dropped: Dropped, among: list[int]) -> Dropped:
     """``dropped`` (indices) as positions in ``among`` (a list of some of those indices; the others are not named)."""
     position = {i: j for j, i in enumerate(among)}
     return lambda: [position[i] for i in dropped() if i in position]
-
-
-def _spread(tokens: np.ndarray, kept: np.ndarray, rows: int, filler: int) -> np.ndarray:
-    """(rows,) the next input of every state row: ``tokens`` at the ``kept`` rows, ``filler`` at finished ones."""
-    out = np.full(rows, filler, np.int64)
-    out[kept] = tokens
-    return out
-
-
-def _in_vocabulary(hyps: list[Hypothesis], vocab: np.ndarray) -> list[Hypothesis]:
-    """Hypotheses of a shortlist search (candidate positions) in vocabulary ids."""
-    return [Hypothesis(vocab[h.tokens].tolist(), h.score) for h in hyps]
