@@ -10,6 +10,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from transduce.textmarks import EDGE_MARKS, LINE_BREAKS
+
 
 class Tokenizer:
     """Joint SentencePiece vocabulary; special ids come from the SentencePiece model, never from constants."""
@@ -101,18 +103,39 @@ class Tokenizer:
             start, end = char_at[piece.begin], char_at[piece.end]
             if start < covered:
                 continue
-            if any(c.isalpha() for c in text[start:end]):  # part of a word: keep the whole word
+            if any(
+                _in_word(c) and not c.isdigit() for c in text[start:end]
+            ):  # a letter or a combining mark ("a\u0330b"):
+                # part of a word, kept whole (a mark cut off its letter sat on a space)
                 while start > covered and _in_word(text[start - 1]):
                     start -= 1
                 while end < len(text) and _in_word(text[end]):
                     end += 1
                 covered = end
-            runs.append(text[start:end].strip())
+            runs.append(_trimmed(text, start, end))
         return list(dict.fromkeys(run for run in runs if run))
 
     def decode(self, ids: Iterable[int]) -> str:
         """Piece ids -> text; control ids (pad/bos/eos/tags) are dropped."""
         return str(self.sp.DecodeIds([int(i) for i in ids if not self.sp.IsControl(int(i))]))
+
+
+_LINE_EDGE = re.compile(rf"(?:[^\S{LINE_BREAKS}]|[{EDGE_MARKS}])*")  # blanks and marks, short of a line break
+
+
+def _trimmed(text: str, start: int, end: int) -> str:
+    """``text[start:end]`` without its whitespace, and without the ``EDGE_MARKS`` at an end that is also its line's
+    (the segmenter keeps those with the whitespace around a sentence: kept in a run too, they came back twice; inside
+    a line a mark stays in the run, or the model would lose it)."""
+    run = text[start:end].strip()
+    line_end = end + len(_LINE_EDGE.match(text, end).group())  # type: ignore[union-attr]
+    if line_end == len(text) or text[line_end] in LINE_BREAKS:
+        run = run.rstrip(EDGE_MARKS).rstrip()
+    before = text[:start]
+    head = len(before) - len(before.rstrip(f" \t{EDGE_MARKS}"))
+    if start - head == 0 or text[start - head - 1] in LINE_BREAKS:
+        run = run.lstrip(EDGE_MARKS).lstrip()
+    return run
 
 
 def _in_word(c: str) -> bool:

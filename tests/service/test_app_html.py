@@ -362,3 +362,24 @@ async def test_the_cache_keys_by_what_the_model_sees_and_renders_each_requests_o
         "Click [1] Save [2] now &amp; then.",
     ]
     assert status["cache"]["hits"] == 1
+
+
+def test_html_keeps_its_crlf_line_ends() -> None:
+    """The HTML parser reads every CRLF as LF: a CRLF page came back LF, its <pre> and <script> too."""
+    from transduce.service.documents import read_document
+    from transduce.service.htmldoc import parse_html
+
+    page = (
+        "<!DOCTYPE html>\r\n<html>\r\n<head>\r\n<title>Hello world</title>\r\n<script>\r\nvar a = 1;\r\n</script>\r\n"
+        "</head>\r\n<body>\r\n<p>Hello world.</p>\r\n<pre>line one\r\nline two</pre>\r\n</body>\r\n</html>\r\n"
+    )
+    doc = read_document("page.html", page.encode())
+    out = doc.rebuild(list(doc.units)).decode()
+    assert "\n" not in out.replace("\r\n", "")  # every line end a CRLF, none doubled ("\r\r\n")
+    for kept in ("<pre>line one\r\nline two</pre>", "<script>\r\nvar a = 1;\r\n</script>", "<!DOCTYPE html>\r\n"):
+        assert kept in out
+    fragment = "<p>a b.</p>\r\n<p>c d.</p>"  # format: "html" in /translate
+    item = parse_html(fragment)
+    assert item.rejoin(list(item.sentences)) == fragment
+    lf = "<p>a b.</p>\n<p>c\r\nd.</p>\n"  # mostly LF: LF throughout, as the parser reads it
+    assert parse_html(lf).rejoin(list(parse_html(lf).sentences)).count("\r") == 0

@@ -237,8 +237,9 @@ async def test_static_batching_answers_a_request_when_its_own_sentence_is_done(t
 async def test_what_the_vocabulary_cannot_spell_is_kept_as_written(tiny_translator: Translator, fmt: str) -> None:
     """Emoji, other scripts and NUL (each read as one unknown piece, which the model can only write as " ⁇ ") go
     through as glossary terms to keep: as written, once each, even glued to a word."""
-    kept = ["👋", "🏳️\u200d🌈", "Привет", "\x00"]
+    kept = ["👋", "🏳️\u200d🌈", "Привет", "\x00", "\u2066", "\u2069", "\u200f"]
     q = ["Hello 👋 world.", "The 🏳️\u200d🌈 flag.", "Привет world!", "Good night👋", "Good\x00 night.", "\x00Hello."]
+    q += ["Hi 😀\u2066", "Say Привет\u2069 now.", "a 😀\u200f"]  # an invisible mark after a run: once, not twice
     assert all(tiny_translator.unknown_runs(text) for text in q)  # the tiny model spells none of them
     if fmt == "html":  # (an HTML parser drops NUL, as browsers do)
         q = [f"<p>{text}</p>" for text in q if "\x00" not in text]
@@ -258,6 +259,7 @@ async def test_words_with_letters_the_model_cannot_spell_and_long_runs_are_kept_
     once per word, up to "_" as the glossary's whole-word match reads it), not its spelled letters with " ⁇ " for the
     rest; a run longer than a glossary term may be (200 characters) is kept too."""
     assert default_translator.unknown_runs("my_Иван_file and Ærøskøbing") == ["my_Иван_file", "Ærøskøbing"]
+    assert default_translator.unknown_runs("The a\u0330b word.") == ["a\u0330b"]  # a mark kept with its letters
     long_word = "aø" * 10_000  # one word of 20,000 unknown pieces: each widened once, not once per piece
     assert default_translator.unknown_runs(long_word) == [long_word]
     names = ["Иван", "Москва", "Ærøskøbing", "Łódź", "Dvořák"]

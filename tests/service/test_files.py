@@ -790,6 +790,22 @@ def test_markdown_placeholders_are_put_back_and_paragraphs_rewrapped() -> None:
     assert hazard == b"\\- 1. # not a list\n"  # a translation that would open a list is escaped
 
 
+@pytest.mark.parametrize(
+    "matter",
+    [
+        '---\ntitle: "Hello world"\n---',
+        '---\ntitle: "Hello world"\n...',
+        '+++\ntitle = "Hello world"\ndate = 2020-01-01\n+++',
+    ],
+)
+def test_markdown_front_matter_of_yaml_and_toml_is_never_sent(matter: str) -> None:
+    """Hugo's TOML front matter (+++) and YAML closed by "..." were read as a paragraph: joined, rewrapped and
+    translated."""
+    doc = read_document("a.md", f"{matter}\n\nSome text here.\n".encode())
+    assert doc.units == ["Some text here."]
+    assert doc.rebuild(["Etwas Text hier."]).decode() == f"{matter}\n\nEtwas Text hier.\n"
+
+
 def test_markdown_inline_html_comes_back_paired_and_code_is_never_sent() -> None:
     """Inline HTML's start and end tags go back around their element's translation (a model that reverses the
     words cannot cross them), as under format: "html"; an element never translated there (<code>, <kbd>) is one kept

@@ -498,6 +498,8 @@ CASES = {
             '<code>pip install</code> und sehen <a href="x">die</a>.',  # the space after the code kept
         ),
         ("A <b>b</b> c", "X [1] y [2]] z", "X <b>y</b> z"),  # a bracket touching a placeholder
+        ("A <b>b</b> c", "X [1] y [2] [ z", "X <b>y</b> z"),  # one standing apart (the shipped model's "Привет [")
+        ("A <b>b</b> c", "X [1] y 2] z [!]", "X <b>y</b> z!"),  # a placeholder without its "[", bracketed "!"
         ("A <b>b</b> c", "X =1 y [2] z", "X <b>y</b> z"),  # "=1" with no bracket at all (emoji sentences)
         ("A <b>b</b> c", "X [1] y [2] = 5 [c]", "X <b>y</b> = 5 [c]"),  # "=", brackets of the translation's own
         ("A b c.", "X = 5 [c].", "X = 5 [c]."),  # no placeholders: nothing is read as one
@@ -522,9 +524,9 @@ def matchers_built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     built: list[int] = []
     real_init = glossary.Matcher.__init__
 
-    def counting_init(self: glossary.Matcher, terms: Any, *, html: bool) -> None:
+    def counting_init(self: glossary.Matcher, terms: Any, *, html: bool, glued: bool = False) -> None:
         built.append(len(terms))
-        real_init(self, terms, html=html)
+        real_init(self, terms, html=html, glued=glued)
 
     monkeypatch.setattr(glossary.Matcher, "__init__", counting_init)
     return built
@@ -582,3 +584,24 @@ async def test_the_server_glossary_compiles_once_whatever_glossaries_requests_ad
             assert r.json() == {"translatedText": "OWN AND mine" if source != "fïled7" else "OWN AND F7"}, source
     assert built.count(1000) == 1  # the file's, once; each request's glossary of one term, on its own
     assert built.count(1) == 76
+
+
+@pytest.mark.parametrize(
+    ("text", "runs", "translation", "expected"),
+    [
+        ("Hi👋 there.", ["👋"], "Hallo [1] dort.", "Hallo👋 dort."),  # glued to its word, as in the source
+        ("Hello\x00world.", ["\x00"], "Hallo [1] Welt.", "Hallo\x00Welt."),
+        ("Say Привет now.", ["Привет"], "Sag [1] jetzt.", "Sag Привет jetzt."),  # spaced in the source: spaced
+        ("Hi👋 there.", ["👋"], "Hallo dort.", "Hallo👋 dort."),  # lost: after the nearest word, glued as it was
+    ],
+)
+def test_a_run_kept_as_written_is_spaced_as_in_the_source(
+    text: str, runs: list[str], translation: str, expected: str
+) -> None:
+    """Runs the model cannot spell were spaced as words are: "Hi👋 there." came back "Hi 👋 there.", though README
+    says "even glued to a word"."""
+    from transduce.service.glossary import mask_text
+    from transduce.service.validation import kept_as_written
+
+    masked = mask_text(text, runs=kept_as_written(runs))
+    assert masked.rejoin([translation]) == expected

@@ -11,14 +11,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from transduce.textmarks import EDGE_MARKS, LINE_BREAKS
+
 # a sentence ends at . ! ? … (plus closing quotes/brackets) followed by whitespace and no lower-case letter
-# ("e.g. this" stays whole, however many spaces follow "e.g."), or at a line break: any of str.splitlines()'s (a lone
-# \r as old Mac files have, \v, \f, the file/group/record separators, NEL, U+2028, U+2029), not only \n
-LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+# ("e.g. this" stays whole, however many spaces follow "e.g."), or at a line break (LINE_BREAKS)
 _BOUNDARY = re.compile(rf"(?<=[.!?…])[\"'”’»)\]]*\s+(?![a-zà-ÿ\s])|[{LINE_BREAKS}]\s*")
-# invisible marks that go at a text's edges (bidirectional marks, embeddings and isolates, zero-width space, word
-# joiner, byte order mark): kept with the whitespace around the sentences, as the tokenizer would drop them
-EDGE_MARKS = "\u200b\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff"
 _EDGE = re.compile(rf"[\s{EDGE_MARKS}]*")
 
 

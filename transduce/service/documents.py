@@ -22,6 +22,7 @@ from pathlib import PurePath
 from transduce.service.errors import ApiError
 from transduce.service.htmldoc import parse_html
 from transduce.service.markdowndoc import Markdown, MarkdownText
+from transduce.textmarks import line_end
 
 TEXT_TYPES = {".txt": "text/plain; charset=utf-8", ".md": "text/markdown; charset=utf-8"}
 HTML_TYPES = {".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8"}
@@ -127,7 +128,7 @@ def _html(name: str, text: str) -> Document:
 
 
 def _markdown(text: str) -> Document:
-    newline = _line_end(text)
+    newline = line_end(text)
     rows = Markdown(text.replace("\r\n", "\n").replace("\r", "\n")).read()
     blocks = [part for row in rows for part in row if isinstance(part, MarkdownText)]
 
@@ -140,11 +141,3 @@ def _markdown(text: str) -> Document:
 
     units = [s for b in blocks for s in b.unit.sentences]
     return Document(units, rebuild, TEXT_TYPES[".md"], plain_text(units))
-
-
-def _line_end(text: str) -> str:
-    """The line end most of ``text``'s lines have: CRLF, LF, or a lone CR (classic Mac OS, which CommonMark reads as a
-    line end too); the rebuilt file has it on every line (one CRLF among LF lines made them all CRLF)."""
-    crlf = text.count("\r\n")
-    counts = {"\r\n": crlf, "\n": text.count("\n") - crlf, "\r": text.count("\r") - crlf}
-    return max(counts, key=lambda end: counts[end]) if any(counts.values()) else "\n"

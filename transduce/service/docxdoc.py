@@ -1,9 +1,11 @@
 """.docx for POST /translate_file (``documents.read_document``): each paragraph of the body, of its tables (nested ones
 too) and of its content controls, in document order, then of its headers, footers, footnotes and endnotes; not those
 of text boxes or comments, nor those Word fills itself (``_left_alone``), nor a header's or footer's holding a field
-(``has_field``). The text of the runs between hyperlinks goes into the first of them, in the look most of it has
-(``Paragraph`` keeps sentences apart where the formatting changes between them), a hyperlink's text into the
-hyperlink, placed as in HTML; a line break inside a paragraph ends a sentence and stays where it was.
+(``has_field``). The text of the runs between inline elements (a hyperlink, a content control, a tracked insertion:
+``docxinline``) goes into the first of them, in the look most of it has (``Paragraph`` keeps sentences apart where
+the formatting changes between them), an inline element's text into it, placed as in HTML; what is kept as it is (a
+tracked deletion, a simple field) stays between the words it was between; a line break inside a paragraph ends a
+sentence and stays where it was.
 
 The XML is walked with lxml's ``iterchildren``/``iter``, never with python-docx's XPath unions (``w:r | w:hyperlink``,
 ``w:t | w:br | ...``) or its table model: libxml2 merges a union's node sets in time quadratic in a parent's children
@@ -28,19 +30,15 @@ from transduce.service.documents import (
     split_counts,
     too_many_chars,
 )
-from transduce.service.docxruns import HYPERLINK, SHOWN, P, Paragraph, R, W, has_field, part_runs, part_text
+from transduce.service.docxinline import SHOWN, P, W, filled_control, paragraph_text, read_runs
+from transduce.service.docxruns import Paragraph, has_field
 from transduce.service.docxzip import check_zip, docx_problem
 from transduce.service.errors import ApiError
 
 
 def _visible(paragraph: Any) -> bool:
     """Whether a paragraph may have text: the many empty ones are passed over without reading their text."""
-    return any(
-        e.text is None or e.text.strip()
-        for part in paragraph.iterchildren(R, HYPERLINK)
-        for run in part_runs(part)
-        for e in run.iterchildren(*SHOWN)
-    )
+    return any(e.text is None or e.text.strip() for run in read_runs(paragraph) for e in run.iterchildren(*SHOWN))
 
 
 def _paragraphs(body: Any) -> Iterator[Any]:
@@ -52,30 +50,19 @@ def _paragraphs(body: Any) -> Iterator[Any]:
 
 
 _MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
-_GENERATED = ("table of contents", "bibliograph")  # building blocks (w:docPartGallery) Word fills from fields
-_FILLED = (f"{W}dataBinding", f"{W}showingPlcHdr")  # a control Word fills from data, or showing its placeholder
 
 
 def _left_alone(holder: Any) -> bool:
     """Whether a paragraph inside ``holder`` is left as it is: inside another paragraph's run (a text box: its text
     is in the file twice, as a shape and as its fallback), an older reader's fallback (mc:Fallback), the cell a cell
-    above merges into (w:vMerge, not shown), or a content control that Word fills: a table of contents or
-    bibliography (field results: as text, their page numbers would be the model's), one bound to data (filled
-    again from it), one showing its placeholder text."""
+    above merges into (w:vMerge, not shown), or a content control that Word fills (``filled_control``)."""
     tag = holder.tag
     if tag in (P, _MC_FALLBACK):
         return True
     if tag == f"{W}tc":
         merge = holder.find(f"{W}tcPr/{W}vMerge")
         return merge is not None and merge.get(f"{W}val", "continue") == "continue"
-    if tag == f"{W}sdt":
-        properties = holder.find(f"{W}sdtPr")
-        if properties is None:
-            return False
-        gallery = properties.find(f"{W}docPartObj/{W}docPartGallery")
-        kind = (gallery.get(f"{W}val") or "").lower() if gallery is not None else ""
-        return any(properties.find(t) is not None for t in _FILLED) or any(g in kind for g in _GENERATED)
-    return False
+    return tag == f"{W}sdt" and filled_control(holder)
 
 
 _HEADERS_FOOTERS = (f"{W}hdr", f"{W}ftr")
@@ -127,7 +114,7 @@ def read_docx(name: str, data: bytes, max_chars: int, max_bytes: int) -> Documen
     found, size = [], 0
     stories, blobs = _stories(name, doc)
     for paragraph in (p for story, margin in stories for p in _paragraphs(story) if not (margin and has_field(p))):
-        text = part_text(paragraph) if _visible(paragraph) else ""
+        text = paragraph_text(paragraph) if _visible(paragraph) else ""
         if text.strip():
             found.append(paragraph)
             size += len(text)

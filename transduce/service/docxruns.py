@@ -1,6 +1,7 @@
-""".docx paragraphs as units and back (``docxdoc`` finds the paragraphs): a paragraph's runs and hyperlinks as a
-``Unit`` (a hyperlink is an inline element), and its translation written back into its runs, each stretch in the look
-most of its text had, with its own tabs and breaks."""
+""".docx paragraphs as units and back (``docxdoc`` finds the paragraphs): a paragraph's runs as a ``Unit``, the
+elements around some of them (a hyperlink, a content control, a tracked insertion: ``docxinline``) as inline elements,
+those kept as they are (a tracked deletion, a simple field) as atoms; and its translation written back into its runs,
+each stretch in the look most of its text had, with its own tabs and breaks."""
 
 from __future__ import annotations
 
@@ -13,37 +14,18 @@ from typing import Any
 
 from lxml import etree
 
+from transduce.service.docxinline import INSERTED, RUN_TEXT, Piece, W, pieces, run_text
 from transduce.service.htmlnodes import Atom, Inline, Node, Tag
 from transduce.service.htmlunits import Unit
 from transduce.service.markdowndoc import unescape
 
-W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
-P, R, HYPERLINK = f"{W}p", f"{W}r", f"{W}hyperlink"
-_RUN_TEXT = tuple(f"{W}{tag}" for tag in ("br", "cr", "noBreakHyphen", "ptab", "t", "tab"))  # python-docx's CT_R.text
 _T = f"{W}t"
 _TABS = (f"{W}tab", f"{W}ptab")  # a run's tabs (a w:tab under w:tabs is a tab stop, not one of these)
-SHOWN = (f"{W}t", f"{W}noBreakHyphen")  # where a run's text can be other than blank
-
-
-def _run_text(run: Any) -> str:
-    """A run's (CT_R) text as python-docx reads it (tabs and line breaks as characters), in one pass."""
-    return "".join(str(e) for e in run.iterchildren(*_RUN_TEXT))
-
-
-def part_runs(part: Any) -> Iterator[Any]:
-    """The runs of a paragraph's part: a run itself, or a hyperlink's runs."""
-    return iter((part,)) if part.tag == R else part.iterchildren(R)
-
-
-def part_text(part: Any) -> str:
-    """The text of a run, a hyperlink or a paragraph (its runs and hyperlinks), as python-docx reads it."""
-    parts = part.iterchildren(R, HYPERLINK) if part.tag == P else (part,)
-    return "".join(_run_text(run) for p in parts for run in part_runs(p))
 
 
 def _clear_text(run: Any) -> None:
     """Remove a run's text (characters, tabs, line breaks), keeping its formatting, pictures and page breaks."""
-    for child in [c for c in run.iterchildren(*_RUN_TEXT) if str(c)]:
+    for child in [c for c in run.iterchildren(*RUN_TEXT) if str(c)]:
         run.remove(child)
 
 
@@ -82,14 +64,25 @@ def _lines(text: str) -> list[Node]:
 
 
 @dataclass
+class _Place:
+    """Where a stretch of runs is: the element holding its runs (the paragraph, a hyperlink, a control's content),
+    and the inline element or atom it follows and the one it precedes there (None: none), for a run of its own."""
+
+    holder: Any
+    after: Any = None
+    before: Any = None
+
+
+@dataclass
 class _Parts:
     """A paragraph cut for ``Paragraph``: its nodes, and where each stretch of runs is."""
 
     nodes: list[Node] = field(default_factory=list)
-    groups: list[list[Any]] = field(default_factory=lambda: [[]])  # each stretch's runs: around hyperlinks, apart
-    after: list[Any] = field(default_factory=lambda: [None])  # the hyperlink each stretch follows (None: none)
-    links: list[Any] = field(default_factory=list)  # the hyperlinks (CT_Hyperlink)
-    past: list[int] = field(default_factory=list)  # the stretch that follows each hyperlink
+    groups: list[list[Any]] = field(default_factory=list)  # each stretch's runs: apart around inline elements, atoms
+    places: list[_Place] = field(default_factory=list)  # where each stretch is
+    links: list[Any] = field(default_factory=list)  # the inline elements (<l0>) and atoms (<k1>), numbered together
+    first: dict[int, int] = field(default_factory=dict)  # the stretch each inline element's text starts
+    past: list[int] = field(default_factory=list)  # the stretch that follows each inline element or atom
     cuts: int = 0  # stretches apart where the formatting changes
     tabs: list[Any] = field(default_factory=list)  # each tab read, in order: its element (None: a tab character)
 
@@ -108,45 +101,66 @@ def _is_label(head: str) -> bool:
 
 
 def _tab_elements(run: Any) -> Iterator[Any]:
-    """A run's tabs in the order its text has them (``_run_text``): each w:tab or w:ptab, and None for each tab
+    """A run's tabs in the order its text has them (``run_text``): each w:tab or w:ptab, and None for each tab
     character written inside a w:t."""
-    for child in run.iterchildren(*_RUN_TEXT):
+    for child in run.iterchildren(*RUN_TEXT):
         if child.tag in _TABS:
             yield child
         elif child.tag == _T:
             yield from [None] * str(child).count("\t")
 
 
-def _parts(paragraph: Any, looks: dict[Any, tuple[bytes, bool]], *, cut: bool) -> _Parts:
-    """``paragraph``'s runs and hyperlinks as nodes, with a hard break (a stretch of its own) around hidden text (it
-    went into the sentence's first run: a hidden one hid it all, a shown one showed the hidden words), after a label
-    in a look of its own that starts the paragraph (a bold "Note:" had made the whole paragraph bold), and with
-    ``cut`` where the look changes after text that ends in punctuation (a sentence may end there: ``Paragraph``
-    keeps those breaks only if the sentences are the same with them as without). ``looks``: each run's ``_look``."""
+def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, bool]], *, cut: bool) -> _Parts:
+    """``paragraph``'s runs (``found``: its ``pieces``) as nodes, each element around runs an inline element and each
+    kept one an atom, with a hard break (a stretch of its own) around hidden text (it went into the sentence's first
+    run: a hidden one hid it all, a shown one showed the hidden words), after a label in a look of its own that starts
+    the paragraph (a bold "Note:" had made the whole paragraph bold), and with ``cut`` where the look changes after
+    text that ends in punctuation (a sentence may end there: ``Paragraph`` keeps those breaks only if the sentences
+    are the same with them as without). ``looks``: each run's ``_look``. Runs inside an inline element are read
+    whole, with no breaks of their own (as a hyperlink's always were)."""
     out, tail, look = _Parts(), "", None  # the text before (its end), the formatting of the last run with text
     head: str | None = ""  # the paragraph's text while it may start with a label (None: it does not)
     hidden = None  # whether the last run with text was hidden
+    nodes, holders, opened = [out.nodes], [paragraph], []  # each open inline element's children, runs' holder, number
+
+    def stretch(place: _Place) -> None:
+        out.groups.append([])
+        out.places.append(place)
 
     def apart() -> None:
         out.nodes.append(Atom(f"<s{len(out.groups)}>", hard_break=True))
-        out.groups.append([])
-        out.after.append(out.after[-1])
+        stretch(_Place(out.places[-1].holder, out.places[-1].after))
 
-    for part in paragraph.iterchildren(R, HYPERLINK):
-        text = part_text(part)
-        if part.tag == HYPERLINK:
-            head = None  # (no label before a hyperlink)
-            if text.strip():
-                out.tabs += [t for run in part.iterchildren(R) for t in _tab_elements(run)]
-            n = len(out.links)
-            out.links.append(part)
-            out.past.append(len(out.groups))
-            out.groups.append([])
-            out.after.append(part)
-            out.nodes.append(Inline(Tag(f"l{n}"), _lines(text)) if text.strip() else Atom(f"<k{n}>"))
-            tail, look = (tail + text)[-_TAIL:], None
+    stretch(_Place(paragraph))
+    for piece in found:
+        if piece.kind != "run":
+            if out.places[-1].before is None:
+                out.places[-1].before = piece.element
+            head, look, n = None, None, len(out.links)  # (no label before an inline element; no look across one)
+            if piece.kind == "open":
+                out.links.append(piece.element)
+                out.past.append(-1)
+                out.first[n] = len(out.groups)
+                node = Inline(Tag(f"l{n}"))
+                nodes[-1].append(node)
+                nodes.append(node.children)
+                holders.append(piece.holder)
+                opened.append(n)
+                stretch(_Place(piece.holder))
+                continue
+            if piece.kind == "close":
+                n = opened.pop()
+                nodes.pop()
+                holders.pop()
+            else:  # kept as it is
+                out.links.append(piece.element)
+                out.past.append(-1)
+                nodes[-1].append(Atom(f"<k{n}>"))
+            out.past[n] = len(out.groups)
+            stretch(_Place(holders[-1], piece.element))
             continue
-        if text.strip():
+        part, text = piece.element, piece.text
+        if text.strip() and not opened:
             if part not in looks:
                 looks[part] = _look(part)
             mine, hides = looks[part]
@@ -158,14 +172,14 @@ def _parts(paragraph: Any, looks: dict[Any, tuple[bytes, bool]], *, cut: bool) -
                 apart()
             elif cut and look is not None and mine != look and last and unicodedata.category(last).startswith("P"):
                 if out.cuts == _MAX_CUTS:  # (a hostile file's 50,000 runs of "A." in turns bold: read it whole)
-                    return _parts(paragraph, looks, cut=False)
+                    return _parts(paragraph, found, looks, cut=False)
                 apart()
                 out.cuts += 1
             if look is not None and mine != look:
                 head = None  # (only the paragraph's first look can be a label)
             look, hidden = mine, hides
         out.groups[-1].append(part)
-        out.nodes += _lines(text)
+        nodes[-1].extend(_lines(text))
         if "\t" in text:
             out.tabs += _tab_elements(part)
         tail = (tail + text)[-_TAIL:]
@@ -181,33 +195,36 @@ _MAX_CUTS = 100  # changes of formatting between sentences a paragraph is cut at
 
 
 class Paragraph:
-    """A .docx paragraph: its runs and hyperlinks as a ``Unit`` (a hyperlink is an inline element, so its text is
-    translated inside the sentence and put back into the hyperlink). Where the runs' formatting changes between two
-    sentences (a bold "Warning." before plain text), a break the sentences have anyway keeps the stretches apart, so
-    each sentence's translation goes into a run formatted as its source was; within a stretch, into its first run
-    with text, in the look of most of its text (``put``). The sentences sent are always those the paragraph has
-    without those breaks (one that would change them, after "Dr" in a hyperlink, say, drops them all); a label that
-    starts the paragraph in a look of its own ("Note:") and hidden text are always stretches of their own."""
+    """A .docx paragraph: its runs as a ``Unit``, the elements around some of them (a hyperlink, a content control, a
+    tracked insertion) inline elements, so their text is translated inside the sentence and put back into them, and
+    those kept as they are (a tracked deletion, a simple field) atoms, so they stay between the words they were
+    between. Where the runs' formatting changes between two sentences (a bold "Warning." before plain text), a break
+    the sentences have anyway keeps the stretches apart, so each sentence's translation goes into a run formatted as
+    its source was; within a stretch, into its first run with text, in the look of most of its text (``put``). The
+    sentences sent are always those the paragraph has without those breaks (one that would change them, after "Dr"
+    in a hyperlink, say, drops them all); a label that starts the paragraph in a look of its own ("Note:") and hidden
+    text are always stretches of their own."""
 
     def __init__(self, paragraph: Any) -> None:
         self.looks: dict[Any, tuple[bytes, bool]] = {}  # each run's ``_look``
-        parts = _parts(paragraph, self.looks, cut=True)
+        found = pieces(paragraph)
+        parts = _parts(paragraph, found, self.looks, cut=True)
         unit = Unit(parts.nodes)
         if parts.cuts:
-            whole = _parts(paragraph, self.looks, cut=False)
+            whole = _parts(paragraph, found, self.looks, cut=False)
             alone = Unit(whole.nodes)
             if alone.sentences != unit.sentences:
                 parts, unit = whole, alone
-        self.groups, self.after, self.links, self.past = parts.groups, parts.after, parts.links, parts.past
+        self.groups, self.places, self.first, self.past = parts.groups, parts.places, parts.first, parts.past
         self.unit, self.tabs = unit, parts.tabs
-        self.fields = _field_runs(paragraph) if has_field(paragraph) else set()
+        self.fields = _field_runs(found) if has_field(paragraph) else set()
 
     def write(self, translations: Sequence[str]) -> None:
         from docx.oxml import OxmlElement
 
-        texts: dict[tuple[str, int], str] = {}
-        tabs: dict[tuple[str, int], list[Any]] = {}  # the paragraph's own tab elements, where each comes back
-        where, next_tab = ("g", 0), iter(self.tabs)
+        texts: dict[int, str] = {}  # each stretch's text
+        tabs: dict[int, list[Any]] = {}  # the paragraph's own tab elements, where each comes back
+        where, next_tab = 0, iter(self.tabs)
         for token in re.split(r"(</?[kl]\d+>|<s\d+>|<br>|<tab>)", self.unit.render(translations, ())):
             tag = re.fullmatch(r"<(/?)([kls])(\d+)>", token)
             if token in (_BREAK, _TAB):  # written back as a w:br, a w:tab
@@ -217,33 +234,43 @@ class Paragraph:
             elif tag is None:
                 texts[where] = texts.get(where, "") + unescape(token, {})
             elif tag.group(2) == "s":  # a stretch of other formatting
-                where = ("g", int(tag.group(3)))
-            elif tag.group(2) == "l" and not tag.group(1):
-                where = ("l", int(tag.group(3)))
-            else:  # past a hyperlink
-                where = ("g", self.past[int(tag.group(3))])
-        for n, link in enumerate(self.links):
-            if part_text(link).strip():
-                self.put(list(link.iterchildren(R)), texts.get(("l", n), ""), tabs.get(("l", n), []))
-        template = next((r for rs in self.groups for r in rs), None)  # the last run so far (before any: the first)
-        for g, runs in enumerate(self.groups):
-            text = texts.get(("g", g), "")
+                where = int(tag.group(3))
+            elif tag.group(2) == "l" and not tag.group(1):  # into an inline element
+                where = self.first[int(tag.group(3))]
+            else:  # past an inline element or an atom
+                where = self.past[int(tag.group(3))]
+        last: dict[Any, Any] = {}  # each holder's last run so far (before any: its first)
+        for runs, place in zip(self.groups, self.places, strict=True):
+            if runs:
+                last.setdefault(place.holder, runs[0])
+        for g, (runs, place) in enumerate(zip(self.groups, self.places, strict=True)):
+            text = texts.get(g, "")
             if not runs and text.strip():  # no run there: a new one, formatted as the last run before it
                 run = OxmlElement("w:r")
+                template = last.get(place.holder)
                 if template is not None and template.rPr is not None:
                     run.append(copy.deepcopy(template.rPr))
-                (self.after[g].addnext if self.after[g] is not None else self.links[0].addprevious)(run)
-                self.put([run], text, tabs.get(("g", g), []))
+                if place.after is not None:
+                    place.after.addnext(run)
+                elif place.before is not None:
+                    place.before.addprevious(run)
+                else:
+                    place.holder.append(run)
+                self.put([run], text, tabs.get(g, []))
                 continue
-            template = runs[-1] if runs else template
-            self.put(runs, text, tabs.get(("g", g), []))
+            if runs:
+                last[place.holder] = runs[-1]
+            self.put(runs, text, tabs.get(g, []))
 
     def put(self, runs: list[Any], text: str, tabs: list[Any]) -> None:
-        """``text`` into the first of ``runs`` that had text, the others emptied, in the look most of their text had:
-        "**Save** the file before you close it." comes back plain, not bold (the first run's look), but where it
-        was (a footnote mark or a picture after the text stays after it). A field's run keeps its own look."""
-        texts = [(run, _run_text(run)) for run in runs]
-        first = next((run for run, t in texts if t), runs[0] if runs else None)
+        """``text`` into the first of ``runs`` that had text (one outside a tracked insertion, if any), the others
+        emptied, in the look most of their text had: "**Save** the file before you close it." comes back plain, not
+        bold (the first run's look), but where it was (a footnote mark or a picture after the text stays after it).
+        A field's run keeps its own look."""
+        texts = [(run, run_text(run)) for run in runs]
+        # (not a run of an insertion inside a word, where there is another: all the text would read as inserted)
+        own = next((run for run, t in texts if t and run.getparent().tag not in INSERTED), None)
+        first = own if own is not None else next((run for run, t in texts if t), runs[0] if runs else None)
         weights: dict[bytes, int] = {}
         model: dict[bytes, Any] = {}  # a run in each look
         for run, t in texts:
@@ -268,15 +295,15 @@ class Paragraph:
         _add_text(first, text, iter(tabs))
 
 
-def _field_runs(paragraph: Any) -> set[Any]:
-    """The runs of ``paragraph`` that are a field's code or result (w:fldChar begin ... end), in one pass."""
+def _field_runs(found: list[Piece]) -> set[Any]:
+    """The runs of a paragraph (``found``: its ``pieces``) that are a field's code or result (w:fldChar begin ...
+    end), in one pass."""
     out, depth = set(), 0
-    for part in paragraph.iterchildren(R, HYPERLINK):
-        for run in part_runs(part):
-            kinds = [mark.get(f"{W}fldCharType") for mark in run.iterchildren(f"{W}fldChar")]
-            if depth or kinds:
-                out.add(run)
-            depth = max(0, depth + kinds.count("begin") - kinds.count("end"))
+    for run in (piece.element for piece in found if piece.kind == "run"):
+        kinds = [mark.get(f"{W}fldCharType") for mark in run.iterchildren(f"{W}fldChar")]
+        if depth or kinds:
+            out.add(run)
+        depth = max(0, depth + kinds.count("begin") - kinds.count("end"))
     return out
 
 

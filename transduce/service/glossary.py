@@ -100,7 +100,8 @@ def glossaries(file_entries: Sequence[GlossaryEntry], request_entries: Sequence[
 class Matcher:
     """Finds a glossary's terms in a text: ``split`` cuts it into text and ``Term``s."""
 
-    def __init__(self, terms: Terms, *, html: bool) -> None:
+    def __init__(self, terms: Terms, *, html: bool, glued: bool = False) -> None:
+        self.glued = glued  # its terms are runs kept as written: Term.glued
         space = r"\s+" if html else r"[^\S\n]+"  # a term may wrap across lines in HTML, never in plain text
         longest = sorted(terms, key=lambda t: -len(t[0]))
         alternatives = [space.join(re.escape(word) for word in source.split()) for source, _ in longest]
@@ -171,7 +172,7 @@ def split_by(matchers: Sequence[Matcher], text: str) -> list[str | Term]:
             pieces.append(text[at:start])
         term = text[start:-minus_end]
         owner = next((m for m in matchers[:i] if m.has(fold(term))), matchers[i])
-        pieces.append(Term(term, owner.target(term)))
+        pieces.append(Term(term, owner.target(term), owner.glued))
         at = -minus_end
     return [*pieces, text[at:]] if at < len(text) or not pieces else pieces
 
@@ -248,7 +249,7 @@ def splitter(
     matchers = [
         *([matcher(request, html)] if request else []),
         *([file_matcher(filed, html)] if filed else []),
-        *([Matcher(runs, html=html)] if runs else []),
+        *([Matcher(runs, html=html, glued=True)] if runs else []),
     ]
     return functools.partial(split_by, matchers) if matchers else None
 

@@ -43,6 +43,7 @@ from transduce.service.htmlkept import (
 )
 from transduce.service.htmlnodes import Atom, AttrSlot, Inline, Node, Tag, Term
 from transduce.service.htmlunits import Unit
+from transduce.textmarks import line_end
 
 MAX_DEPTH = 128  # elements nested deeper than this are refused (400): real pages stay far below it
 
@@ -109,6 +110,9 @@ def _is_inline(node: LexborNode, known: dict[int, bool]) -> bool:
     return known[node.mem_id]
 
 
+_LINE_ENDS = re.compile(r"\r\n?|\n")
+
+
 @dataclass(frozen=True)
 class _AttrText:
     """A translated attribute value, cut into sentences as plain text is."""
@@ -120,9 +124,10 @@ class HtmlItem:
     """One ``q`` entry with ``format: "html"``: its sentences (every unit's and every translated attribute's, in
     document order) and the HTML rebuilt from their translations; the same two members as ``Segmented``."""
 
-    def __init__(self, parts: list[str | Tag | Unit], slots: list[Unit | _AttrText]) -> None:
+    def __init__(self, parts: list[str | Tag | Unit], slots: list[Unit | _AttrText], newline: str = "\n") -> None:
         self._parts, self._slots = parts, slots
         self.sentences = tuple(s for slot in slots for s in self._slot_sentences(slot))
+        self.newline = newline  # the source's usual line end: the parser reads every one as LF (line_end)
 
     @staticmethod
     def _slot_sentences(slot: Unit | _AttrText) -> tuple[str, ...]:
@@ -142,7 +147,7 @@ class HtmlItem:
         if not new:
             return self
         parts = [new.get(id(p), p) if isinstance(p, Unit) else p for p in self._parts]
-        return HtmlItem(parts, [new.get(id(s), s) if isinstance(s, Unit) else s for s in self._slots])
+        return HtmlItem(parts, [new.get(id(s), s) if isinstance(s, Unit) else s for s in self._slots], self.newline)
 
     def rejoin(self, translations: Sequence[str]) -> str:
         """The HTML with ``translations`` (one per sentence, in order) in place of its sentences."""
@@ -158,7 +163,7 @@ class HtmlItem:
             else:
                 mine[id(slot)] = translations[at : at + n]
             at += n
-        return "".join(
+        html = "".join(
             part
             if isinstance(part, str)
             else part.start(values)
@@ -166,6 +171,7 @@ class HtmlItem:
             else part.render(mine.get(id(part), ()), values)
             for part in self._parts
         )
+        return _LINE_ENDS.sub(self.newline, html) if self.newline != "\n" else html  # (parts kept as written too)
 
 
 def _with_terms(nodes: Sequence[Node], split: Callable[[str], list[str | Term]]) -> list[Node] | None:
@@ -341,7 +347,14 @@ def parse_html(text: str, *, utf8: bool = False) -> HtmlItem:
     """Parse ``text`` (a fragment, or a document when it starts with a doctype, ``<html>``, ``<head>`` or ``<body>``)
     into an ``HtmlItem``;
     ApiError 400 when it nests deeper than ``MAX_DEPTH``. ``utf8``: the result is a file written as UTF-8, so its
-    ``<meta>`` charset and XML declaration say so (an ASCII page declaring windows-1252 came back as mojibake)."""
+    ``<meta>`` charset and XML declaration say so (an ASCII page declaring windows-1252 came back as mojibake). The
+    rebuilt HTML has the source's usual line end (the parser reads CRLF as LF: a CRLF file came back LF, <pre> too)."""
+    item = _parsed(text, utf8)
+    item.newline = line_end(text)
+    return item
+
+
+def _parsed(text: str, utf8: bool) -> HtmlItem:
     if text.endswith("<!"):
         # Lexbor 2.x (selectolax 1.0.2) fills the empty comment that "<!" at the very end opens with the text
         # before it, unescaped: "--&gt;&lt;img onerror=...&gt;<!" would come back as live markup. "<!-->" is the

@@ -72,6 +72,7 @@ class Term:
 
     source: str
     target: str
+    glued: bool = False  # a run kept as written ("Hi👋"): spaced in the translation as in the source, not as a word
 
 
 Node = Inline | Atom | Term | str

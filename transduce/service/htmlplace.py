@@ -209,7 +209,7 @@ class Placement:
             x = self._scale(sentence, text, mark.offset)
             n = min(bisect_left(ends, x), len(ends) - 1)  # the nearest word end (the one before on a tie)
             at = ends[n - 1] if n and x - ends[n - 1] <= abs(ends[n] - x) else ends[n]
-            spaced = isinstance(mark.node, Term) or self.text[mark.offset - 1].isspace()
+            spaced = (isinstance(mark.node, Term) and not mark.node.glued) or self.text[mark.offset - 1].isspace()
             places.append((at, k, " " if spaced else "", i))
         places.sort()
         inserts, follow = {}, text[:1]

@@ -175,7 +175,7 @@ class Unit(Placement):
                 out += tail.lstrip() if out and out[-1].isspace() else tail
                 continue
             m = self.marks[mark]
-            term = m.kind == "term"  # a word: never glued to another word
+            term = isinstance(m.node, Term) and not m.node.glued  # a word: never glued to another word
             last = next((c for c in reversed(out) if not c.isspace()), "") if term else ""
             if m.offset and not self.text[m.offset - 1].isspace() and not (term and WORDY.match(last)):
                 end = len(out)

@@ -19,6 +19,10 @@ from transduce.service.htmldoc import KEPT_INLINE, VOID
 from transduce.service.htmlnodes import Atom, Inline, Node, Tag
 from transduce.service.htmlunits import Unit
 
+_FRONT_MATTER: dict[str, tuple[str, ...]] = {
+    "---": ("---", "..."),
+    "+++": ("+++",),
+}  # a first line that opens front matter: what closes it
 _QUOTE = re.compile(r"(?: {0,3}>[ \t]?)*")
 _FENCE = re.compile(r"\s*(`{3,}|~{3,})")
 _THEMATIC = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
@@ -315,8 +319,10 @@ class Markdown:
 
     def read(self) -> list[list[str | MarkdownText]]:
         lines, i, fence, html = self.lines, 0, "", None
-        if lines[0] == "---" and "---" in lines[1:]:  # front matter
-            i = lines.index("---", 1) + 1
+        closing = _FRONT_MATTER.get(lines[0].rstrip(), ())  # front matter: YAML (--- or ... closes it) or TOML
+        matter = next((k for k in range(1, len(lines)) if lines[k].rstrip() in closing), 0)
+        if matter:
+            i = matter + 1
             self.rows += [[line] for line in lines[:i]]
         while i < len(lines):
             line, i = lines[i], i + 1

@@ -19,6 +19,8 @@ _DOLLAR_RUN = re.compile(r"(?:\$\d*[sd]?)+")  # its "$1$1$s" runs: dropped when 
 _EQUALS_MARK = re.compile(r"=(\d{1,6})\]?")
 _EQUALS_RUN = re.compile(r"=(?!\d)(?:[ \t]*=(?!\d))+")  # "= =": a wiki heading's marks, learned in training: junk
 _BRACKET = re.compile(r"[\[\]]")
+_HALF_MARK = re.compile(r"(?<![\w\[])(\d{1,6})\]")  # a placeholder without its "[": "2]"
+_WORDY_PAIR = re.compile(r"\[[^\[\]]*?[^\W\d][^\[\]]*\]")  # brackets around a word ("[c]"; not "[12]" nor "[!]")
 _BRACKET_JUNK = re.compile(r"\[[^\w\[\]\s]{0,2}\s*\d{1,6}\s*[^\w\[\]\s]{0,2}\]?|\[[A-Z][A-Z_]{1,15}\d{0,3}\]?")
 SPACES = re.compile(r"[ \t\n\r\f]+")
 WORDY = re.compile(r"\w")
@@ -43,10 +45,13 @@ def found_placeholders(translation: str, sent: str) -> Found:
     if own != sent and "[" not in own and "]" not in own:  # the sentence sent has no bracket of its own, so
         # placeholders of the kinds the model met in training ("[;0]", "[:15", "[URL]", "[PERSON1") are junk (dropped)
         found += _outside(found, ((m, 0) for m in _BRACKET_JUNK.finditer(translation)))
-        # and so is a bracket touching a placeholder
-        ends = {m.end() for m, _ in found} | {m.start() for m, _ in found}
-        touching = (m for m in _BRACKET.finditer(translation) if m.start() in ends or m.end() in ends)
-        found += _outside(found, ((m, 0) for m in touching))
+        # a placeholder that lost its "[" ("2]") is read as one, and every bracket but a pair around words of the
+        # translation's own ("[c]") is junk: one that stood apart ("Привет [ und", "[!]") reached the output when
+        # only those touching a placeholder were dropped
+        found += _outside(found, ((m, int(m.group(1))) for m in _HALF_MARK.finditer(translation)))
+        pairs = [m.span() for m in _WORDY_PAIR.finditer(translation)]
+        held = {start for start, _ in pairs} | {end - 1 for _, end in pairs}
+        found += _outside(found, ((m, 0) for m in _BRACKET.finditer(translation) if m.start() not in held))
     found.sort(key=lambda item: item[0].start())
     return found
 
