@@ -144,3 +144,26 @@ def test_a_closed_translator_says_so(tiny_model_dir: Path) -> None:
     with pytest.raises(RuntimeError, match="this Translator is closed"):
         translator.translate(["Hello."], source_lang="en", target_lang="de")
     translator.close()  # twice is fine
+
+
+def test_a_call_from_inside_on_result_waits_for_a_replica_another_thread_gives_back(tiny_model_dir: Path) -> None:
+    """With two replicas a nested call takes the other one, waiting while another thread holds it: only a thread that
+    holds every replica itself is refused (the first version refused whenever none was free at that moment)."""
+    translator = Translator(tiny_model_dir, device="cpu", replicas=2, intra_threads=1)
+    nested: list[str] = []
+    busy = threading.Event()
+
+    def other() -> None:
+        busy.set()
+        translator.translate(["A sentence for the other thread to decode."] * 8, source_lang="en", target_lang="de")
+
+    def on_result(i: int, result: Any) -> None:
+        if not nested:
+            worker = threading.Thread(target=other, daemon=True)
+            worker.start()
+            busy.wait(10)
+            nested.extend(translator.translate(["Again."], source_lang="en", target_lang="de")[0].hypotheses)
+            worker.join(60)
+
+    translator.translate(["Hello."], source_lang="en", target_lang="de", on_result=on_result)
+    assert nested and nested[0] == translator.translate(["Again."], source_lang="en", target_lang="de")[0].hypotheses[0]

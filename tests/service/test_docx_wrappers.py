@@ -44,6 +44,11 @@ def run(text: str, tag: str = "t") -> str:
     return f'<w:r><w:{tag} xml:space="preserve">{text}</w:{tag}></w:r>'
 
 
+def run_in(text: str, properties: str) -> str:
+    """A run of ``text`` with ``properties`` (its w:rPr)."""
+    return f'<w:r>{properties}<w:t xml:space="preserve">{text}</w:t></w:r>'
+
+
 def control(inner: str, *properties: str) -> str:
     """An inline content control holding ``inner``, with ``properties`` in its w:sdtPr."""
     return f"<w:sdt><w:sdtPr>{''.join(properties)}</w:sdtPr><w:sdtContent>{inner}</w:sdtContent></w:sdt>"
@@ -163,3 +168,51 @@ async def test_a_simple_field_keeps_its_result_in_its_place() -> None:
     sent, (total,) = await translated(docx_of(run("Total: ") + field + run(" pages in this file.")))
     assert children(total) == [("r", "TOTAL: "), ("fldSimple", "3"), ("r", " PAGES IN THIS FILE.")]
     assert sent == ["Total: [1] pages in this file."]
+
+
+def looks(element: Any) -> list[tuple[str, list[str]]]:
+    """Each run with text inside ``element``, as (its text, its formatting's tags without namespace)."""
+    return [
+        (shown(r), [p.tag.removeprefix(W) for p in r.iterfind(f"{W}rPr/*")]) for r in element.iter(f"{W}r") if shown(r)
+    ]
+
+
+async def test_runs_inside_one_insertion_or_control_keep_their_formatting_and_hidden_text() -> None:
+    """A paragraph typed with Track Changes on has all its runs inside one insertion: they had been read whole, so
+    the hidden note came back shown in the first run and the bold "Warning." plain. Inside an insertion or a control,
+    hidden text is translated apart and stays hidden, a look that changes between sentences and a label keep theirs,
+    as outside."""
+    mark = 'w:id="1" w:author="A" w:date="2024-01-01T00:00:00Z"'
+    bold, hidden = "<w:rPr><w:b/></w:rPr>", "<w:rPr><w:vanish/></w:rPr>"
+    body = run_in("Warning.", bold) + run(" Do not open the case. ") + run_in("Internal note.", hidden)
+    sent, (inserted, controlled, labelled) = await translated(
+        docx_of(
+            f"<w:ins {mark}>{body}</w:ins>",
+            run("Read this: ") + control(body, '<w:alias w:val="Text"/>'),
+            f"<w:ins {mark}>{run_in('Note:', bold)}{run(' Keep it dry.')}</w:ins>",
+        )
+    )
+    expected = [("WARNING.", ["b"]), (" DO NOT OPEN THE CASE. ", []), ("INTERNAL NOTE.", ["vanish"])]
+    assert looks(inserted.find(f"{W}ins")) == expected
+    assert looks(controlled.find(f"{W}sdt")) == expected
+    assert looks(labelled.find(f"{W}ins")) == [("NOTE:", ["b"]), (" KEEP IT DRY.", [])]
+    assert sent.count("Internal note.") == 2 and "Note:" in sent
+
+
+async def test_an_insertion_with_a_space_keeps_its_mark_even_with_an_end_inside_a_word() -> None:
+    """An insertion with an end inside a word had lost its mark whatever it held, its text made original text
+    (rejecting the changes no longer removed it); only one that is a piece of a word (no space in it) does."""
+    mark = 'w:id="1" w:author="A" w:date="2024-01-01T00:00:00Z"'
+    link = f'<w:hyperlink w:anchor="x">{run(" website")}</w:hyperlink>'
+    sent, (spanning, linked, piece) = await translated(
+        docx_of(
+            run("First one. Sec") + f"<w:ins {mark}>{run('ond one. Thi')}</w:ins>" + run("rd one."),
+            run("Visit our") + f"<w:ins {mark}>{run('s')}{link}</w:ins>" + run(" today."),
+            run("Colo") + f"<w:ins {mark}>{run('u')}</w:ins>" + run("r matters."),
+        )
+    )
+    assert children(spanning) == [("r", "FIRST ONE. SEC"), ("ins", "OND ONE. THI"), ("r", "RD ONE.")]
+    assert children(linked) == [("r", "VISIT OUR"), ("ins", "S WEBSITE"), ("r", " TODAY.")]
+    assert linked.find(f"{W}ins/{W}hyperlink") is not None
+    assert children(piece) == [("r", "COLOUR MATTERS."), ("ins", ""), ("r", "")]  # (the word whole for the model)
+    assert "Colour matters." in sent

@@ -800,10 +800,12 @@ def test_markdown_placeholders_are_put_back_and_paragraphs_rewrapped() -> None:
 )
 def test_markdown_front_matter_of_yaml_and_toml_is_never_sent(matter: str) -> None:
     """Hugo's TOML front matter (+++) and YAML closed by "..." were read as a paragraph: joined, rewrapped and
-    translated."""
+    translated. A thematic break that opens a document is no front matter, whatever line closes it."""
     doc = read_document("a.md", f"{matter}\n\nSome text here.\n".encode())
     assert doc.units == ["Some text here."]
     assert doc.rebuild(["Etwas Text hier."]).decode() == f"{matter}\n\nEtwas Text hier.\n"
+    rule = read_document("b.md", b"---\n\nChapter one begins here.\n\n...\n\nThen the door opened.\n")
+    assert rule.units[0] == "Chapter one begins here." and rule.units[-1] == "Then the door opened."
 
 
 def test_markdown_inline_html_comes_back_paired_and_code_is_never_sent() -> None:

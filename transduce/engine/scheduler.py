@@ -135,9 +135,9 @@ class StepScheduler:
         request = Request(loop, loop.create_future(), len(texts), deadline, now)
         tokenizer = self.translator.tokenizer
         limit_tokens = self.translator.max_source_tokens
-        passed = [i for i, text in enumerate(texts) if not has_letters(text)]  # (made-up words came back for them)
+        passed = {i for i, text in enumerate(texts) if not has_letters(text)}  # (made-up words came back for them)
         for i, text in enumerate(texts):
-            if passed and i in passed:
+            if i in passed:
                 continue
             slot = Slot(request, i, now)
             ids = tokenizer.encode_source(text, target_lang)
@@ -146,7 +146,7 @@ class StepScheduler:
                     f"a sentence has {len(ids)} tokens (input {i}); the model accepts at most {limit_tokens}"
                 )
             request.pending.append(Job(ids, options, self._on_done(slot, options), request.over, tag=slot))
-        for i in passed:  # answered at once (the request completes here when every text is one of them)
+        for i in sorted(passed):  # answered at once (the request completes here when every text is one of them)
             request.deliver(i, Timed(passed_through(texts[i], options), now, now))
         if not request.pending:
             return await request.future

@@ -174,6 +174,8 @@ class Translator:
     @property
     def provider(self) -> str:
         """The onnxruntime execution provider in use."""
+        if self._closed:
+            raise RuntimeError("this Translator is closed: open another")
         return self.runner.sessions.provider
 
     @property
@@ -225,6 +227,8 @@ class Translator:
         outputs are unchanged. Neither may call this Translator while this thread holds every replica (a
         RuntimeError, not a hang)."""
         texts = texts_given(texts)
+        if self._closed:  # (inputs translated without decoding would have passed)
+            raise RuntimeError("this Translator is closed: open another")
         source_lang, target_lang = self.spelt(source_lang, target_lang)
         self.check_pair(source_lang, target_lang)
         todo = [i for i, t in enumerate(texts) if has_letters(t)]
@@ -302,13 +306,12 @@ class Translator:
         if self._closed:
             raise RuntimeError("this Translator is closed: open another")
         held = getattr(self._holding, "count", 0)  # replicas this thread holds: a call from on_result or dropped
-        try:  # waited for itself with every replica held (a hang): now an error
-            runner = self._free.get() if not held else self._free.get_nowait()
-        except queue.Empty:
+        if held >= len(self.runners):  # it would wait for itself for ever (with fewer held, another is given back)
             raise RuntimeError(
                 "translate was called from inside on_result or dropped while this thread held every replica of the "
                 "Translator: call it after translate returns (or give the Translator more replicas)"
-            ) from None
+            )
+        runner = self._free.get()
         self._holding.count = held + 1
         try:
             with flushing_denormals():  # masked scores' exp() underflows: microcode assists on x86 (engine.denormals)

@@ -3,9 +3,9 @@ too) and of its content controls, in document order, then of its headers, footer
 of text boxes or comments, nor those Word fills itself (``_left_alone``), nor a header's or footer's holding a field
 (``has_field``). The text of the runs between inline elements (a hyperlink, a content control, a tracked insertion:
 ``docxinline``) goes into the first of them, in the look most of it has (``Paragraph`` keeps sentences apart where
-the formatting changes between them), an inline element's text into it, placed as in HTML; what is kept as it is (a
-tracked deletion, a simple field) stays between the words it was between; a line break inside a paragraph ends a
-sentence and stays where it was.
+the formatting changes between them, and hidden text apart), an inline element's text into it (its runs cut as
+those outside are), placed as in HTML; what is kept as it is (a tracked deletion, a simple field) stays between the
+words it was between; a line break inside a paragraph ends a sentence and stays where it was.
 
 The XML is walked with lxml's ``iterchildren``/``iter``, never with python-docx's XPath unions (``w:r | w:hyperlink``,
 ``w:t | w:br | ...``) or its table model: libxml2 merges a union's node sets in time quadratic in a parent's children

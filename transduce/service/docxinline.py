@@ -6,6 +6,7 @@ ranges and proofing marks hold no text and are not read."""
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ _W14 = "{http://schemas.microsoft.com/office/word/2010/wordml}"
 # a control Word fills from data, one showing its placeholder, a check box (its symbol is its state)
 _FILLED = (f"{W}dataBinding", f"{W}showingPlcHdr", f"{_W14}checkbox")
 _GENERATED = ("table of contents", "bibliograph")  # building blocks (w:docPartGallery) Word fills from fields
+_SPACE = re.compile(r"\s")
 
 
 def run_text(run: Any) -> str:
@@ -82,13 +84,18 @@ class Piece:
 def pieces(paragraph: Any) -> list[Piece]:
     """``paragraph``'s content as ``Piece``s. An element around runs with no text is kept whole (an empty hyperlink,
     a control holding a picture). A tracked change inside a word is no piece of its own, so the model gets the word
-    whole ("colo<ins>u</ins>r" was sent as "colo [1] u [2] r"): an insertion's runs are read as the runs around it
-    are (its text stays in place, its mark is lost), and a deletion stays among the runs around it, after their
-    text."""
+    whole ("colo<ins>u</ins>r" was sent as "colo [1] u [2] r"): an insertion that is a piece of one word (no space in
+    it, an end of it inside a word) has its runs read as the runs around it are (its text stays in the sentence, its
+    mark is lost), and a deletion stays among the runs around it, after their text. An insertion holding a space
+    keeps its mark, even with an end inside a word ("Sec<ins>ond one. Thi</ins>rd": its mark had been lost, and
+    rejecting the changes no longer removed it)."""
     out: list[Piece] = []
     _walk(paragraph, out)
     out = _kept_when_empty(out)
     before, after = _neighbours(out)
+    read, at = "".join(piece.text for piece in out), [0]  # the text read, and where each piece's starts in it
+    for piece in out:
+        at.append(at[-1] + len(piece.text))
     glued: set[int] = set()  # the pieces of tracked changes inside a word, dropped
     opened: list[int] = []
     for i, piece in enumerate(out):
@@ -97,7 +104,7 @@ def pieces(paragraph: Any) -> list[Piece]:
         elif piece.kind == "close":
             start = opened.pop()
             inside = (_wordy(before[start]) and _wordy(after[start])) or (_wordy(before[i]) and _wordy(after[i]))
-            if piece.element.tag in INSERTED and inside:
+            if piece.element.tag in INSERTED and inside and not _SPACE.search(read, at[start], at[i]):
                 glued.update((start, i))
         elif piece.kind == "kept" and _wordy(before[i]) and _wordy(after[i]) and _unseen_change(piece.element):
             glued.add(i)

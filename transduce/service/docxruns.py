@@ -116,10 +116,12 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
     run: a hidden one hid it all, a shown one showed the hidden words), after a label in a look of its own that starts
     the paragraph (a bold "Note:" had made the whole paragraph bold), and with ``cut`` where the look changes after
     text that ends in punctuation (a sentence may end there: ``Paragraph`` keeps those breaks only if the sentences
-    are the same with them as without). ``looks``: each run's ``_look``. Runs inside an inline element are read
-    whole, with no breaks of their own (as a hyperlink's always were)."""
+    are the same with them as without). ``looks``: each run's ``_look``. Runs inside an inline element are cut as
+    those of the paragraph are (all of a paragraph typed with Track Changes on is inside one insertion: read whole,
+    its hidden words came back shown and its bold lost)."""
     out, tail, look = _Parts(), "", None  # the text before (its end), the formatting of the last run with text
     head: str | None = ""  # the paragraph's text while it may start with a label (None: it does not)
+    label = 1  # how many stretches there are while the label's is the last (inside elements that open the text)
     hidden = None  # whether the last run with text was hidden
     nodes, holders, opened = [out.nodes], [paragraph], []  # each open inline element's children, runs' holder, number
 
@@ -127,8 +129,8 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
         out.groups.append([])
         out.places.append(place)
 
-    def apart() -> None:
-        out.nodes.append(Atom(f"<s{len(out.groups)}>", hard_break=True))
+    def apart() -> None:  # (inside an inline element too: its runs' holder is the innermost element's)
+        nodes[-1].append(Atom(f"<s{len(out.groups)}>", hard_break=True))
         stretch(_Place(out.places[-1].holder, out.places[-1].after))
 
     stretch(_Place(paragraph))
@@ -136,7 +138,10 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
         if piece.kind != "run":
             if out.places[-1].before is None:
                 out.places[-1].before = piece.element
-            head, look, n = None, None, len(out.links)  # (no label before an inline element; no look across one)
+            # (a label is read on only into an element opening before any text, as an insertion holding the whole
+            # paragraph does; no look across an element)
+            opening = piece.kind == "open" and head is not None and not head.strip()
+            head, look, n = head if opening else None, None, len(out.links)
             if piece.kind == "open":
                 out.links.append(piece.element)
                 out.past.append(-1)
@@ -147,6 +152,7 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
                 holders.append(piece.holder)
                 opened.append(n)
                 stretch(_Place(piece.holder))
+                label = len(out.groups)
                 continue
             if piece.kind == "close":
                 n = opened.pop()
@@ -160,14 +166,14 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
             stretch(_Place(holders[-1], piece.element))
             continue
         part, text = piece.element, piece.text
-        if text.strip() and not opened:
+        if text.strip():
             if part not in looks:
                 looks[part] = _look(part)
             mine, hides = looks[part]
             last = tail.rstrip()[-1:]
             forced = hidden is not None and hides != hidden  # (hidden text: always a stretch of its own)
             if not forced and look is not None and mine != look and head is not None:
-                forced = len(out.groups) == 1 and _is_label(head)  # (a label: always a sentence of its own)
+                forced = len(out.groups) == label and _is_label(head)  # (a label: always a sentence of its own)
             if forced:
                 apart()
             elif cut and look is not None and mine != look and last and unicodedata.category(last).startswith("P"):

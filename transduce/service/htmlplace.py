@@ -78,6 +78,17 @@ class Placement:
     marks: list[Mark]  # its markup and terms, in order
     _index: dict[tuple[int, str], int]  # (id of a node, its kind) -> its mark's index
 
+    def _word_guards(self, mark: Mark) -> tuple[bool, bool]:
+        """Whether ``mark`` may not be glued to a word before it, and after it, in the translation: a term never; a
+        run kept as written only where its source did not touch a word on that side."""
+        if not isinstance(mark.node, Term):
+            return False, False
+        if not mark.node.glued:
+            return True, True
+        before = mark.offset > 0 and WORDY.match(self.text[mark.offset - 1]) is not None
+        after = mark.end < len(self.text) and WORDY.match(self.text[mark.end]) is not None
+        return not before, not after
+
     def _reattach(self, sentence: SentenceSpan, text: str, positions: dict[int, int]) -> str:
         """Place the sentence's marks the model lost (the text, with the lost terms put in, is returned), and swap
         back an end tag it put before its start tag."""
@@ -209,7 +220,7 @@ class Placement:
             x = self._scale(sentence, text, mark.offset)
             n = min(bisect_left(ends, x), len(ends) - 1)  # the nearest word end (the one before on a tie)
             at = ends[n - 1] if n and x - ends[n - 1] <= abs(ends[n] - x) else ends[n]
-            spaced = (isinstance(mark.node, Term) and not mark.node.glued) or self.text[mark.offset - 1].isspace()
+            spaced = self._word_guards(mark)[0] or self.text[mark.offset - 1].isspace()
             places.append((at, k, " " if spaced else "", i))
         places.sort()
         inserts, follow = {}, text[:1]

@@ -175,14 +175,17 @@ class Unit(Placement):
                 out += tail.lstrip() if out and out[-1].isspace() else tail
                 continue
             m = self.marks[mark]
-            term = isinstance(m.node, Term) and not m.node.glued  # a word: never glued to another word
-            last = next((c for c in reversed(out) if not c.isspace()), "") if term else ""
-            if m.offset and not self.text[m.offset - 1].isspace() and not (term and WORDY.match(last)):
+            # a term is a word, never glued to another; a run kept as written ("Hi👋") only on a side where its
+            # source touched a word ("Call Иван, please" is not "Иванbitte" when the comma moves)
+            guard_before, guard_after = self._word_guards(m)
+            last = next((c for c in reversed(out) if not c.isspace()), "") if guard_before else ""
+            if m.offset and not self.text[m.offset - 1].isspace() and not (guard_before and WORDY.match(last)):
                 end = len(out)
                 while end > top and out[end - 1].isspace():  # none here either
                     end -= 1
                 del out[end:]
-            if m.end < len(self.text) and not self.text[m.end].isspace() and not (term and WORDY.match(tail.lstrip())):
+            guarded = guard_after and WORDY.match(tail.lstrip())
+            if m.end < len(self.text) and not self.text[m.end].isspace() and not guarded:
                 tail = tail.lstrip()
             positions[mark] = top = len(out)
             out += (m.node.target if isinstance(m.node, Term) else "") + tail

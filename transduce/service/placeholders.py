@@ -45,10 +45,14 @@ def found_placeholders(translation: str, sent: str) -> Found:
     if own != sent and "[" not in own and "]" not in own:  # the sentence sent has no bracket of its own, so
         # placeholders of the kinds the model met in training ("[;0]", "[:15", "[URL]", "[PERSON1") are junk (dropped)
         found += _outside(found, ((m, 0) for m in _BRACKET_JUNK.finditer(translation)))
-        # a placeholder that lost its "[" ("2]") is read as one, and every bracket but a pair around words of the
-        # translation's own ("[c]") is junk: one that stood apart ("Привет [ und", "[!]") reached the output when
-        # only those touching a placeholder were dropped
-        found += _outside(found, ((m, int(m.group(1))) for m in _HALF_MARK.finditer(translation)))
+        # a placeholder the translation lacks, given back without its "[" ("2]"), is read as one (a number that is
+        # none, or that the sentence has as text, stays: "112]" keeps its 112); every bracket but a pair around
+        # words of the translation's own ("[c]") is junk: one that stood apart ("Привет [ und", "[!]") reached the
+        # output when only those touching a placeholder were dropped
+        missing = {int(n) for n in PLACEHOLDER.findall(sent)} - {n for _, n in found}
+        missing -= {int(n) for n in re.findall(r"\d+", own)}  # (as text: "chapter 2" keeps its 2)
+        halves = (m for m in _HALF_MARK.finditer(translation) if int(m.group(1)) in missing)
+        found += _outside(found, ((m, int(m.group(1))) for m in halves))
         pairs = [m.span() for m in _WORDY_PAIR.finditer(translation)]
         held = {start for start, _ in pairs} | {end - 1 for _, end in pairs}
         found += _outside(found, ((m, 0) for m in _BRACKET.finditer(translation) if m.start() not in held))
