@@ -216,3 +216,24 @@ async def test_an_insertion_with_a_space_keeps_its_mark_even_with_an_end_inside_
     assert linked.find(f"{W}ins/{W}hyperlink") is not None
     assert children(piece) == [("r", "COLOUR MATTERS."), ("ins", ""), ("r", "")]  # (the word whole for the model)
     assert "Colour matters." in sent
+
+
+async def test_a_cut_inside_a_link_that_changes_the_sentences_costs_only_the_cuts_inside_elements() -> None:
+    """An italic "Dr." in a link is a look change after punctuation: cut there, the sentences change, and every cut of
+    the paragraph was dropped, so the bold "Warning." before it came back plain."""
+    link = f'<w:hyperlink w:anchor="x">{run_in("Dr.", "<w:rPr><w:i/></w:rPr>")}{run(" Smith")}</w:hyperlink>'
+    body = run_in("Warning.", "<w:rPr><w:b/></w:rPr>") + run(" Do not open the case. Ask ") + link + run(" for help.")
+    sent, (paragraph,) = await translated(docx_of(body))
+    assert sent == ["Warning.", "Do not open the case.", "Ask [1] Dr. Smith [2] for help."]
+    assert looks(paragraph)[0] == ("WARNING.", ["b"])
+
+
+async def test_a_stretch_that_starts_with_a_blank_or_hidden_space_takes_the_look_of_its_text() -> None:
+    """The text went into the first run with any text, a space or a break included, whose look was not read: an
+    insertion starting with a space showed its hidden note; a hidden space before visible text hid it."""
+    mark = 'w:id="1" w:author="A" w:date="2024-01-01T00:00:00Z"'
+    hidden = "<w:rPr><w:vanish/></w:rPr>"
+    inserted = f"<w:ins {mark}>{run(' ')}{run_in('Internal note.', hidden)}{run(' Do not open.')}</w:ins>"
+    _, (first, second) = await translated(docx_of(inserted, run_in(" ", hidden) + run("Visible text.")))
+    assert [(t.strip(), f) for t, f in looks(first)] == [("INTERNAL NOTE.", ["vanish"]), ("DO NOT OPEN.", [])]
+    assert [f for t, f in looks(second) if "VISIBLE" in t] == [[]]

@@ -796,6 +796,8 @@ def test_markdown_placeholders_are_put_back_and_paragraphs_rewrapped() -> None:
         '---\ntitle: "Hello world"\n---',
         '---\ntitle: "Hello world"\n...',
         '+++\ntitle = "Hello world"\ndate = 2020-01-01\n+++',
+        '+++\n[params]\nauthor = "Jane Doe"\n+++',  # a TOML table first
+        '---\n\ntitle: "Hello world"\n---',  # a blank line first
     ],
 )
 def test_markdown_front_matter_of_yaml_and_toml_is_never_sent(matter: str) -> None:

@@ -502,6 +502,7 @@ CASES = {
         ("A <b>b</b> c", "X [1] y 2] z [!]", "X <b>y</b> z!"),  # a placeholder without its "[", bracketed "!"
         ("A <b>b</b> c", "X [1] y 112] z", "X <b>y</b> 112 z"),  # a number that is no placeholder keeps its digits
         ("Read <b>chapter 2</b> now", "Lies [1] Kapitel 2] jetzt", "Lies <b>Kapitel</b> 2 jetzt"),  # nor one it has
+        ("Dial <b>" + "7" * 4400 + "</b> now", "Wähle [1] x [2] jetzt", "Wähle <b>x</b> jetzt"),  # (int() refused it)
         ("A <b>b</b> c", "X =1 y [2] z", "X <b>y</b> z"),  # "=1" with no bracket at all (emoji sentences)
         ("A <b>b</b> c", "X [1] y [2] = 5 [c]", "X <b>y</b> = 5 [c]"),  # "=", brackets of the translation's own
         ("A b c.", "X = 5 [c].", "X = 5 [c]."),  # no placeholders: nothing is read as one
@@ -512,7 +513,7 @@ async def test_placeholder_junk_is_dropped_unless_the_sentence_has_those_charact
     q: str, answer: str, expected: str
 ) -> None:
     sent = {"Run [1] and see [2] the docs [3] .": 0, "A [1] b [2] c": 0, "Set [1] x [2] = 1 [a]": 0, "A b c.": 0}
-    sent["Read [1] chapter 2 [2] now"] = 0
+    sent["Read [1] chapter 2 [2] now"] = sent["Dial [1] " + "7" * 4400 + " [2] now"] = 0
     fake = Answering(dict.fromkeys(sent, answer))
     async with serve(fake) as (client, _):
         r = await client.post("/translate", json={"q": q, **EN_DE, "format": "html"})
@@ -598,6 +599,7 @@ async def test_the_server_glossary_compiles_once_whatever_glossaries_requests_ad
         ("Hi👋 there.", ["👋"], "Hallo dort.", "Hallo👋 dort."),  # lost: after the nearest word, glued as it was
         ("Call Иван, please.", ["Иван"], "Rufen Sie [1] bitte an.", "Rufen Sie Иван bitte an."),  # touched a comma
         ("Das ist (Иван) hier.", ["Иван"], "Das ist [1] hier.", "Das ist Иван hier."),  # only a word is glued to
+        ("नमस्ते👋 दोस्त.", ["👋"], "Hallo [1] Freund.", "Hallo👋 Freund."),  # a word ending in a vowel sign is one
     ],
 )
 def test_a_run_kept_as_written_is_spaced_as_in_the_source(

@@ -154,6 +154,8 @@ class Translator:
             self._free.put(runner)
         self.stats = EngineStats()
         self._holding = threading.local()  # .count: replicas the current thread holds (a re-entrant call's check)
+        self._waiting_lock = threading.Lock()
+        self._held_waiting = 0  # replicas held by threads waiting for another in a nested call
         self._closed = False
 
     @property
@@ -224,8 +226,8 @@ class Translator:
         its batch may still decode (inputs translated without decoding first); the returned list holds every result
         all the same. ``dropped()``, asked between decoder steps, names inputs nobody waits for any more (a client
         gone): they leave the batch at once, with an empty result (no hypotheses) and no ``on_result``; the others'
-        outputs are unchanged. Neither may call this Translator while this thread holds every replica (a
-        RuntimeError, not a hang)."""
+        outputs are unchanged. A call of this Translator from either waits for a free replica, or raises a
+        RuntimeError where every replica is held by such calls (it would wait for ever)."""
         texts = texts_given(texts)
         if self._closed:  # (inputs translated without decoding would have passed)
             raise RuntimeError("this Translator is closed: open another")
@@ -306,12 +308,20 @@ class Translator:
         if self._closed:
             raise RuntimeError("this Translator is closed: open another")
         held = getattr(self._holding, "count", 0)  # replicas this thread holds: a call from on_result or dropped
-        if held >= len(self.runners):  # it would wait for itself for ever (with fewer held, another is given back)
-            raise RuntimeError(
-                "translate was called from inside on_result or dropped while this thread held every replica of the "
-                "Translator: call it after translate returns (or give the Translator more replicas)"
-            )
-        runner = self._free.get()
+        if held:  # it waits for a replica while holding some: if every replica is held by such waiters, for ever
+            with self._waiting_lock:
+                if self._free.empty() and self._held_waiting + held >= len(self.runners):
+                    raise RuntimeError(
+                        "translate was called from inside on_result or dropped while every replica of the "
+                        "Translator was held by such calls: call it after translate returns"
+                    )
+                self._held_waiting += held
+        try:
+            runner = self._free.get()
+        finally:
+            if held:
+                with self._waiting_lock:
+                    self._held_waiting -= held
         self._holding.count = held + 1
         try:
             with flushing_denormals():  # masked scores' exp() underflows: microcode assists on x86 (engine.denormals)

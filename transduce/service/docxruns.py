@@ -110,20 +110,22 @@ def _tab_elements(run: Any) -> Iterator[Any]:
             yield from [None] * str(child).count("\t")
 
 
-def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, bool]], *, cut: bool) -> _Parts:
-    """``paragraph``'s runs (``found``: its ``pieces``) as nodes, each element around runs an inline element and each
-    kept one an atom, with a hard break (a stretch of its own) around hidden text (it went into the sentence's first
-    run: a hidden one hid it all, a shown one showed the hidden words), after a label in a look of its own that starts
-    the paragraph (a bold "Note:" had made the whole paragraph bold), and with ``cut`` where the look changes after
-    text that ends in punctuation (a sentence may end there: ``Paragraph`` keeps those breaks only if the sentences
-    are the same with them as without). ``looks``: each run's ``_look``. Runs inside an inline element are cut as
-    those of the paragraph are (all of a paragraph typed with Track Changes on is inside one insertion: read whole,
-    its hidden words came back shown and its bold lost)."""
+def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, bool]], *, cut: str) -> _Parts:
+    """``paragraph``'s runs (``found``: its ``pieces``) as nodes, each element around runs an inline element and
+    each kept one an atom, with a hard break (a stretch of its own) around hidden text (it went into the sentence's
+    first run: a hidden one hid it all, a shown one showed the hidden words), after a label in a look of its own
+    that starts the paragraph (a bold "Note:" had made the whole paragraph bold), and with ``cut`` ("all";
+    "outside": not inside an element that opens within the text; "none") where the look changes after text that ends
+    in punctuation (a sentence may end there: ``Paragraph`` keeps those breaks only if the sentences are the same
+    with them as without). ``looks``: each run's ``_look``. Runs inside an inline element are cut as those of the
+    paragraph are (all of a paragraph typed with Track Changes on is inside one insertion: read whole, its hidden
+    words came back shown and its bold lost)."""
     out, tail, look = _Parts(), "", None  # the text before (its end), the formatting of the last run with text
     head: str | None = ""  # the paragraph's text while it may start with a label (None: it does not)
     label = 1  # how many stretches there are while the label's is the last (inside elements that open the text)
     hidden = None  # whether the last run with text was hidden
     nodes, holders, opened = [out.nodes], [paragraph], []  # each open inline element's children, runs' holder, number
+    whole: list[bool] = []  # each open element's: opened before any text (an insertion holding the paragraph)
 
     def stretch(place: _Place) -> None:
         out.groups.append([])
@@ -151,11 +153,13 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
                 nodes.append(node.children)
                 holders.append(piece.holder)
                 opened.append(n)
+                whole.append(opening)
                 stretch(_Place(piece.holder))
                 label = len(out.groups)
                 continue
             if piece.kind == "close":
                 n = opened.pop()
+                whole.pop()
                 nodes.pop()
                 holders.pop()
             else:  # kept as it is
@@ -176,9 +180,15 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
                 forced = len(out.groups) == label and _is_label(head)  # (a label: always a sentence of its own)
             if forced:
                 apart()
-            elif cut and look is not None and mine != look and last and unicodedata.category(last).startswith("P"):
+            elif (
+                cut != "none"
+                and (cut == "all" or all(whole))
+                and look is not None
+                and mine != look
+                and _punctuation(last)
+            ):
                 if out.cuts == _MAX_CUTS:  # (a hostile file's 50,000 runs of "A." in turns bold: read it whole)
-                    return _parts(paragraph, found, looks, cut=False)
+                    return _parts(paragraph, found, looks, cut="none")
                 apart()
                 out.cuts += 1
             if look is not None and mine != look:
@@ -194,6 +204,10 @@ def _parts(paragraph: Any, found: list[Piece], looks: dict[Any, tuple[bytes, boo
     return out
 
 
+def _punctuation(char: str) -> bool:
+    return bool(char) and unicodedata.category(char).startswith("P")
+
+
 _TAIL = 64  # characters of a paragraph's text kept to see whether it ends in punctuation
 _HEAD = 200  # characters of a paragraph's start kept to see whether it starts with a label
 _LABEL_CHARS, _LABEL_WORDS, _LABEL_WIDE = 40, 5, 8  # a label's most characters, words and wide (CJK) characters
@@ -201,26 +215,30 @@ _MAX_CUTS = 100  # changes of formatting between sentences a paragraph is cut at
 
 
 class Paragraph:
-    """A .docx paragraph: its runs as a ``Unit``, the elements around some of them (a hyperlink, a content control, a
-    tracked insertion) inline elements, so their text is translated inside the sentence and put back into them, and
-    those kept as they are (a tracked deletion, a simple field) atoms, so they stay between the words they were
+    """A .docx paragraph: its runs as a ``Unit``, the elements around some of them (a hyperlink, a content control,
+    a tracked insertion) inline elements, so their text is translated inside the sentence and put back into them,
+    and those kept as they are (a tracked deletion, a simple field) atoms, so they stay between the words they were
     between. Where the runs' formatting changes between two sentences (a bold "Warning." before plain text), a break
     the sentences have anyway keeps the stretches apart, so each sentence's translation goes into a run formatted as
     its source was; within a stretch, into its first run with text, in the look of most of its text (``put``). The
     sentences sent are always those the paragraph has without those breaks (one that would change them, after "Dr"
-    in a hyperlink, say, drops them all); a label that starts the paragraph in a look of its own ("Note:") and hidden
-    text are always stretches of their own."""
+    in a hyperlink, say, drops those inside elements within the text, then all); a label that starts the paragraph
+    in a look of its own ("Note:") and hidden text are always stretches of their own."""
 
     def __init__(self, paragraph: Any) -> None:
         self.looks: dict[Any, tuple[bytes, bool]] = {}  # each run's ``_look``
         found = pieces(paragraph)
-        parts = _parts(paragraph, found, self.looks, cut=True)
+        parts = _parts(paragraph, found, self.looks, cut="all")
         unit = Unit(parts.nodes)
         if parts.cuts:
-            whole = _parts(paragraph, found, self.looks, cut=False)
+            whole = _parts(paragraph, found, self.looks, cut="none")
             alone = Unit(whole.nodes)
-            if alone.sentences != unit.sentences:
-                parts, unit = whole, alone
+            if alone.sentences != unit.sentences:  # (a cut inside a link's italic "Dr.": the others may still hold)
+                outside = _parts(paragraph, found, self.looks, cut="outside")
+                fewer = Unit(outside.nodes)
+                parts, unit = (
+                    (outside, fewer) if outside.cuts and fewer.sentences == alone.sentences else (whole, alone)
+                )
         self.groups, self.places, self.first, self.past = parts.groups, parts.places, parts.first, parts.past
         self.unit, self.tabs = unit, parts.tabs
         self.fields = _field_runs(found) if has_field(paragraph) else set()
@@ -275,8 +293,10 @@ class Paragraph:
         A field's run keeps its own look."""
         texts = [(run, run_text(run)) for run in runs]
         # (not a run of an insertion inside a word, where there is another: all the text would read as inserted)
-        own = next((run for run, t in texts if t and run.getparent().tag not in INSERTED), None)
-        first = own if own is not None else next((run for run, t in texts if t), runs[0] if runs else None)
+        # (one with text to show: a run of a space or a break has no look of its own, and the text took the first's)
+        own = next((run for run, t in texts if t.strip() and run.getparent().tag not in INSERTED), None)
+        shown = next((run for run, t in texts if t.strip()), next((run for run, t in texts if t), None))
+        first = own if own is not None else shown if shown is not None else runs[0] if runs else None
         weights: dict[bytes, int] = {}
         model: dict[bytes, Any] = {}  # a run in each look
         for run, t in texts:

@@ -6,6 +6,7 @@ never empty; a lost atom or term after the word nearest where it maps; a swapped
 from __future__ import annotations
 
 import re
+import unicodedata
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +64,11 @@ def flatten(nodes: Sequence[Node], text: list[str], marks: list[Mark], size: int
     return size
 
 
+def _word_char(char: str) -> bool:
+    """A letter, digit, underscore or combining mark (Hindi's and Thai's vowel signs end words: ``\\w`` has none)."""
+    return char.isalnum() or char == "_" or unicodedata.category(char).startswith("M")
+
+
 def _target_text(nodes: Sequence[Node]) -> str:
     """The text of ``nodes`` as the translation should hold it verbatim: terms as their targets, atoms left out."""
     return "".join(
@@ -85,8 +91,8 @@ class Placement:
             return False, False
         if not mark.node.glued:
             return True, True
-        before = mark.offset > 0 and WORDY.match(self.text[mark.offset - 1]) is not None
-        after = mark.end < len(self.text) and WORDY.match(self.text[mark.end]) is not None
+        before = mark.offset > 0 and _word_char(self.text[mark.offset - 1])
+        after = mark.end < len(self.text) and _word_char(self.text[mark.end])
         return not before, not after
 
     def _reattach(self, sentence: SentenceSpan, text: str, positions: dict[int, int]) -> str:

@@ -19,7 +19,7 @@ from transduce.service.htmldoc import KEPT_INLINE, VOID
 from transduce.service.htmlnodes import Atom, Inline, Node, Tag
 from transduce.service.htmlunits import Unit
 
-_KEY = re.compile(r"\s*(?:#|[^\s:=#][^:=]*[:=])")  # a key: value (YAML), key = value (TOML), a comment
+_KEY = re.compile(r"\s*(?:#|\[|[^\s:=#][^:=]*[:=])")  # key: value (YAML), key = value or [table] (TOML), a comment
 _FRONT_MATTER: dict[str, tuple[str, ...]] = {
     "---": ("---", "..."),
     "+++": ("+++",),
@@ -322,7 +322,8 @@ class Markdown:
         lines, i, fence, html = self.lines, 0, "", None
         # front matter: YAML (--- or ... closes it) or TOML, opening with a key or a comment (a thematic break "---"
         # before a paragraph is none)
-        closing = _FRONT_MATTER.get(lines[0].rstrip(), ()) if len(lines) > 1 and _KEY.match(lines[1]) else ()
+        first = next((line for line in lines[1:] if line.strip()), "")  # (front matter may start with a blank line)
+        closing = _FRONT_MATTER.get(lines[0].rstrip(), ()) if _KEY.match(first) else ()
         matter = next((k for k in range(1, len(lines)) if lines[k].rstrip() in closing), 0)
         if matter:
             i = matter + 1

@@ -50,7 +50,7 @@ def found_placeholders(translation: str, sent: str) -> Found:
         # words of the translation's own ("[c]") is junk: one that stood apart ("Привет [ und", "[!]") reached the
         # output when only those touching a placeholder were dropped
         missing = {int(n) for n in PLACEHOLDER.findall(sent)} - {n for _, n in found}
-        missing -= {int(n) for n in re.findall(r"\d+", own)}  # (as text: "chapter 2" keeps its 2)
+        missing -= {int(n) for n in re.findall(r"(?<!\d)\d{1,6}(?!\d)", own)}  # (as text: "chapter 2" keeps its 2)
         halves = (m for m in _HALF_MARK.finditer(translation) if int(m.group(1)) in missing)
         found += _outside(found, ((m, int(m.group(1))) for m in halves))
         pairs = [m.span() for m in _WORDY_PAIR.finditer(translation)]
