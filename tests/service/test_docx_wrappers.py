@@ -237,3 +237,18 @@ async def test_a_stretch_that_starts_with_a_blank_or_hidden_space_takes_the_look
     _, (first, second) = await translated(docx_of(inserted, run_in(" ", hidden) + run("Visible text.")))
     assert [(t.strip(), f) for t, f in looks(first)] == [("INTERNAL NOTE.", ["vanish"]), ("DO NOT OPEN.", [])]
     assert [f for t, f in looks(second) if "VISIBLE" in t] == [[]]
+
+
+async def test_a_sentence_after_a_field_result_is_written_outside_the_field() -> None:
+    """A stretch's text went into its first run with visible text: a field's result ("Table 2" of a REF), which Word
+    fills again, losing the translation, once a tab before it no longer counted as text."""
+    field = (
+        '<w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText xml:space="preserve"> REF x </w:instrText>'
+        '</w:r><w:r><w:fldChar w:fldCharType="separate"/></w:r>'
+        + run("Table 2")
+        + '<w:r><w:fldChar w:fldCharType="end"/></w:r>'
+    )
+    _, (paragraph,) = await translated(docx_of("<w:r><w:tab/></w:r>" + field + run(" lists the values.")))
+    runs = list(paragraph.iter(f"{W}r"))
+    end = next(i for i, r in enumerate(runs) if r.find(f"{W}fldChar[@{W}fldCharType='end']") is not None)
+    assert "LISTS THE VALUES." in "".join(shown(r) for r in runs[end:])  # after the field's end, not inside it

@@ -797,7 +797,6 @@ def test_markdown_placeholders_are_put_back_and_paragraphs_rewrapped() -> None:
         '---\ntitle: "Hello world"\n...',
         '+++\ntitle = "Hello world"\ndate = 2020-01-01\n+++',
         '+++\n[params]\nauthor = "Jane Doe"\n+++',  # a TOML table first
-        '---\n\ntitle: "Hello world"\n---',  # a blank line first
     ],
 )
 def test_markdown_front_matter_of_yaml_and_toml_is_never_sent(matter: str) -> None:
@@ -808,6 +807,8 @@ def test_markdown_front_matter_of_yaml_and_toml_is_never_sent(matter: str) -> No
     assert doc.rebuild(["Etwas Text hier."]).decode() == f"{matter}\n\nEtwas Text hier.\n"
     rule = read_document("b.md", b"---\n\nChapter one begins here.\n\n...\n\nThen the door opened.\n")
     assert rule.units[0] == "Chapter one begins here." and rule.units[-1] == "Then the door opened."
+    for prose in ("Note: back up your files first.", "Set the width = 80 columns."):  # a blank line after "---"
+        assert read_document("c.md", f"---\n\n{prose}\n\n---\n\nDone.\n".encode()).units == [prose, "Done."]
 
 
 def test_markdown_inline_html_comes_back_paired_and_code_is_never_sent() -> None:

@@ -600,6 +600,8 @@ async def test_the_server_glossary_compiles_once_whatever_glossaries_requests_ad
         ("Call Иван, please.", ["Иван"], "Rufen Sie [1] bitte an.", "Rufen Sie Иван bitte an."),  # touched a comma
         ("Das ist (Иван) hier.", ["Иван"], "Das ist [1] hier.", "Das ist Иван hier."),  # only a word is glued to
         ("नमस्ते👋 दोस्त.", ["👋"], "Hallo [1] Freund.", "Hallo👋 Freund."),  # a word ending in a vowel sign is one
+        ("Nice ❤️👋 there.", ["👋"], "Schön [1] dort.", "Schön 👋 dort."),  # an emoji's variation selector is not
+        ("Call Иван now.", ["Иван"], "फ़ोन करें [1] अभी।", "फ़ोन करें Иван अभी।"),  # nor glued to one in the translation
     ],
 )
 def test_a_run_kept_as_written_is_spaced_as_in_the_source(

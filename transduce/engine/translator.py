@@ -308,18 +308,24 @@ class Translator:
         if self._closed:
             raise RuntimeError("this Translator is closed: open another")
         held = getattr(self._holding, "count", 0)  # replicas this thread holds: a call from on_result or dropped
-        if held:  # it waits for a replica while holding some: if every replica is held by such waiters, for ever
-            with self._waiting_lock:
-                if self._free.empty() and self._held_waiting + held >= len(self.runners):
-                    raise RuntimeError(
-                        "translate was called from inside on_result or dropped while every replica of the "
-                        "Translator was held by such calls: call it after translate returns"
-                    )
-                self._held_waiting += held
+        registered, runner = False, None
         try:
+            if held:  # it waits for a replica while holding some: if every replica is held by such waiters, for ever
+                with self._waiting_lock:
+                    if self._free.empty() and self._held_waiting + held >= len(self.runners):
+                        raise RuntimeError(
+                            "translate was called from inside on_result or dropped while every replica of the "
+                            "Translator was held by such calls: call it after translate returns"
+                        )
+                    self._held_waiting += held
+                    registered = True
             runner = self._free.get()
+        except BaseException:  # (Ctrl-C while waiting, or as the count came down: the count and the replica back)
+            if runner is not None:
+                self._free.put(runner)
+            raise
         finally:
-            if held:
+            if registered:
                 with self._waiting_lock:
                     self._held_waiting -= held
         self._holding.count = held + 1

@@ -294,8 +294,11 @@ class Paragraph:
         texts = [(run, run_text(run)) for run in runs]
         # (not a run of an insertion inside a word, where there is another: all the text would read as inserted)
         # (one with text to show: a run of a space or a break has no look of its own, and the text took the first's)
-        own = next((run for run, t in texts if t.strip() and run.getparent().tag not in INSERTED), None)
-        shown = next((run for run, t in texts if t.strip()), next((run for run, t in texts if t), None))
+        # (nor a field's result where another run shows text: Word fills it again, and the sentence would go with it)
+        visible = [run for run, t in texts if t.strip()]
+        visible = [run for run in visible if run not in self.fields] or visible
+        own = next((run for run in visible if run.getparent().tag not in INSERTED), None)
+        shown = visible[0] if visible else next((run for run, t in texts if t), None)
         first = own if own is not None else shown if shown is not None else runs[0] if runs else None
         weights: dict[bytes, int] = {}
         model: dict[bytes, Any] = {}  # a run in each look

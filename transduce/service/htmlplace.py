@@ -64,9 +64,17 @@ def flatten(nodes: Sequence[Node], text: list[str], marks: list[Mark], size: int
     return size
 
 
-def _word_char(char: str) -> bool:
-    """A letter, digit, underscore or combining mark (Hindi's and Thai's vowel signs end words: ``\\w`` has none)."""
-    return char.isalnum() or char == "_" or unicodedata.category(char).startswith("M")
+def word_before(text: Sequence[str], at: int) -> bool:
+    """Whether a word ends at ``at`` of ``text``: a letter, digit or "_" before it, combining marks after it included
+    (Hindi's and Thai's vowel signs end words, and ``\\w`` has none; an emoji's variation selector is no word)."""
+    while at > 0 and unicodedata.category(text[at - 1]).startswith("M"):
+        at -= 1
+    return at > 0 and (text[at - 1].isalnum() or text[at - 1] == "_")
+
+
+def word_after(text: str, at: int) -> bool:
+    """Whether a word starts at ``at`` of ``text`` (``word_before``'s other side)."""
+    return at < len(text) and (text[at].isalnum() or text[at] == "_")
 
 
 def _target_text(nodes: Sequence[Node]) -> str:
@@ -91,8 +99,7 @@ class Placement:
             return False, False
         if not mark.node.glued:
             return True, True
-        before = mark.offset > 0 and _word_char(self.text[mark.offset - 1])
-        after = mark.end < len(self.text) and _word_char(self.text[mark.end])
+        before, after = word_before(self.text, mark.offset), word_after(self.text, mark.end)
         return not before, not after
 
     def _reattach(self, sentence: SentenceSpan, text: str, positions: dict[int, int]) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from transduce.engine.text import segment
 from transduce.service.htmlnodes import Atom, Inline, Node, Term, escape_text
-from transduce.service.htmlplace import Mark, Placement, SentenceSpan, flatten
+from transduce.service.htmlplace import Mark, Placement, SentenceSpan, flatten, word_after, word_before
 from transduce.service.placeholders import PLACEHOLDER, SPACES, WORDY, Found, found_placeholders, has_word
 
 _HUGGING = set(".,;:!?)]}…")  # punctuation that follows a word without a space
@@ -178,13 +178,15 @@ class Unit(Placement):
             # a term is a word, never glued to another; a run kept as written ("Hi👋") only on a side where its
             # source touched a word ("Call Иван, please" is not "Иванbitte" when the comma moves)
             guard_before, guard_after = self._word_guards(m)
-            last = next((c for c in reversed(out) if not c.isspace()), "") if guard_before else ""
-            if m.offset and not self.text[m.offset - 1].isspace() and not (guard_before and WORDY.match(last)):
+            word = len(out)  # (the translation so far, one character an item: a word before its blanks, if any)
+            while guard_before and word and out[word - 1].isspace():
+                word -= 1
+            if m.offset and not self.text[m.offset - 1].isspace() and not (guard_before and word_before(out, word)):
                 end = len(out)
                 while end > top and out[end - 1].isspace():  # none here either
                     end -= 1
                 del out[end:]
-            guarded = guard_after and WORDY.match(tail.lstrip())
+            guarded = guard_after and word_after(tail.lstrip(), 0)
             if m.end < len(self.text) and not self.text[m.end].isspace() and not guarded:
                 tail = tail.lstrip()
             positions[mark] = top = len(out)

@@ -19,7 +19,11 @@ from transduce.service.htmldoc import KEPT_INLINE, VOID
 from transduce.service.htmlnodes import Atom, Inline, Node, Tag
 from transduce.service.htmlunits import Unit
 
-_KEY = re.compile(r"\s*(?:#|\[|[^\s:=#][^:=]*[:=])")  # key: value (YAML), key = value or [table] (TOML), a comment
+# what front matter's first line may be: a key (YAML "key: value"; TOML "key = value" or a [table]) or a comment
+_KEYS = {
+    "---": re.compile(r"\s*(?:#|[\w\"'.-]+\s*:(?:\s|$))"),
+    "+++": re.compile(r"\s*(?:#|\[|[\w\"'.-]+\s*=)"),
+}
 _FRONT_MATTER: dict[str, tuple[str, ...]] = {
     "---": ("---", "..."),
     "+++": ("+++",),
@@ -322,8 +326,10 @@ class Markdown:
         lines, i, fence, html = self.lines, 0, "", None
         # front matter: YAML (--- or ... closes it) or TOML, opening with a key or a comment (a thematic break "---"
         # before a paragraph is none)
-        first = next((line for line in lines[1:] if line.strip()), "")  # (front matter may start with a blank line)
-        closing = _FRONT_MATTER.get(lines[0].rstrip(), ()) if _KEY.match(first) else ()
+        # (never a blank line: "---" and a blank line open a thematic break, with prose after it)
+        opener = lines[0].rstrip()
+        key = _KEYS.get(opener)
+        closing = _FRONT_MATTER[opener] if key is not None and len(lines) > 1 and key.match(lines[1]) else ()
         matter = next((k for k in range(1, len(lines)) if lines[k].rstrip() in closing), 0)
         if matter:
             i = matter + 1
