@@ -797,6 +797,8 @@ def test_markdown_placeholders_are_put_back_and_paragraphs_rewrapped() -> None:
         '---\ntitle: "Hello world"\n...',
         '+++\ntitle = "Hello world"\ndate = 2020-01-01\n+++',
         '+++\n[params]\nauthor = "Jane Doe"\n+++',  # a TOML table first
+        "---\n# Obsidian's\ndate created: 2023-01-01\ntags:\n  - travel\n---",  # a comment, a key with a space
+        '+++\n\n"page title" = "Hi"\n+++',  # "+++" is never a thematic break: a blank line may come first
     ],
 )
 def test_markdown_front_matter_of_yaml_and_toml_is_never_sent(matter: str) -> None:
@@ -809,6 +811,8 @@ def test_markdown_front_matter_of_yaml_and_toml_is_never_sent(matter: str) -> No
     assert rule.units[0] == "Chapter one begins here." and rule.units[-1] == "Then the door opened."
     for prose in ("Note: back up your files first.", "Set the width = 80 columns."):  # a blank line after "---"
         assert read_document("c.md", f"---\n\n{prose}\n\n---\n\nDone.\n".encode()).units == [prose, "Done."]
+    heading = read_document("d.md", b"---\n# Chapter One\n\nIt was a dark night.\n\n---\n\nDone.\n")
+    assert heading.units == ["Chapter One", "It was a dark night.", "Done."]  # a heading is no comment
 
 
 def test_markdown_inline_html_comes_back_paired_and_code_is_never_sent() -> None:

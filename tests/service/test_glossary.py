@@ -601,6 +601,7 @@ async def test_the_server_glossary_compiles_once_whatever_glossaries_requests_ad
         ("Das ist (Иван) hier.", ["Иван"], "Das ist [1] hier.", "Das ist Иван hier."),  # only a word is glued to
         ("नमस्ते👋 दोस्त.", ["👋"], "Hallo [1] Freund.", "Hallo👋 Freund."),  # a word ending in a vowel sign is one
         ("Nice ❤️👋 there.", ["👋"], "Schön [1] dort.", "Schön 👋 dort."),  # an emoji's variation selector is not
+        ("Press 1️⃣👋 now.", ["👋"], "Drück [1] jetzt.", "Drück 👋 jetzt."),  # nor a keycap ("1" and two marks)
         ("Call Иван now.", ["Иван"], "फ़ोन करें [1] अभी।", "फ़ोन करें Иван अभी।"),  # nor glued to one in the translation
     ],
 )

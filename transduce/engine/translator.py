@@ -308,7 +308,7 @@ class Translator:
         if self._closed:
             raise RuntimeError("this Translator is closed: open another")
         held = getattr(self._holding, "count", 0)  # replicas this thread holds: a call from on_result or dropped
-        registered, runner = False, None
+        registered = False
         try:
             if held:  # it waits for a replica while holding some: if every replica is held by such waiters, for ever
                 with self._waiting_lock:
@@ -320,11 +320,7 @@ class Translator:
                     self._held_waiting += held
                     registered = True
             runner = self._free.get()
-        except BaseException:  # (Ctrl-C while waiting, or as the count came down: the count and the replica back)
-            if runner is not None:
-                self._free.put(runner)
-            raise
-        finally:
+        finally:  # (Ctrl-C while waiting: the count comes down all the same)
             if registered:
                 with self._waiting_lock:
                     self._held_waiting -= held

@@ -68,6 +68,8 @@ def word_before(text: Sequence[str], at: int) -> bool:
     """Whether a word ends at ``at`` of ``text``: a letter, digit or "_" before it, combining marks after it included
     (Hindi's and Thai's vowel signs end words, and ``\\w`` has none; an emoji's variation selector is no word)."""
     while at > 0 and unicodedata.category(text[at - 1]).startswith("M"):
+        if text[at - 1] == "\ufe0f" or unicodedata.category(text[at - 1]) == "Me":  # an emoji: "1️⃣", "ℹ️"
+            return False
         at -= 1
     return at > 0 and (text[at - 1].isalnum() or text[at - 1] == "_")
 

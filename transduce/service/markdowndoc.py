@@ -19,11 +19,8 @@ from transduce.service.htmldoc import KEPT_INLINE, VOID
 from transduce.service.htmlnodes import Atom, Inline, Node, Tag
 from transduce.service.htmlunits import Unit
 
-# what front matter's first line may be: a key (YAML "key: value"; TOML "key = value" or a [table]) or a comment
-_KEYS = {
-    "---": re.compile(r"\s*(?:#|[\w\"'.-]+\s*:(?:\s|$))"),
-    "+++": re.compile(r"\s*(?:#|\[|[\w\"'.-]+\s*=)"),
-}
+# what front matter's first line after any comments may be: a key (YAML "key: value"; TOML "key = value" or a table)
+_KEYS = {"---": re.compile(r"\s*[^\s:#][^:]*:(?:\s|$)"), "+++": re.compile(r"\s*(?:\[|[^\s=#][^=]*=)")}
 _FRONT_MATTER: dict[str, tuple[str, ...]] = {
     "---": ("---", "..."),
     "+++": ("+++",),
@@ -326,10 +323,11 @@ class Markdown:
         lines, i, fence, html = self.lines, 0, "", None
         # front matter: YAML (--- or ... closes it) or TOML, opening with a key or a comment (a thematic break "---"
         # before a paragraph is none)
-        # (never a blank line: "---" and a blank line open a thematic break, with prose after it)
         opener = lines[0].rstrip()
-        key = _KEYS.get(opener)
-        closing = _FRONT_MATTER[opener] if key is not None and len(lines) > 1 and key.match(lines[1]) else ()
+        key, k = _KEYS.get(opener), 1
+        while k < len(lines) and (lines[k].lstrip().startswith("#") or (opener == "+++" and not lines[k].strip())):
+            k += 1  # (comments; a "---" and a blank line open a thematic break, a "---" and "# Title" a heading)
+        closing = _FRONT_MATTER[opener] if key is not None and k < len(lines) and key.match(lines[k]) else ()
         matter = next((k for k in range(1, len(lines)) if lines[k].rstrip() in closing), 0)
         if matter:
             i = matter + 1
