@@ -242,9 +242,7 @@ class Translator:
         encoded = [self.tokenizer.encode_source(texts[i], target_lang) for i in todo]
         early = None if on_result is None else (lambda j, result: on_result(todo[j], result))
         gone = None if dropped is None else _positions(dropped, todo)
-        for i, result in zip(
-            todo, self.translate_batch(encoded, options=options, on_result=early, dropped=gone), strict=True
-        ):
+        for i, result in zip(todo, self._decode_ids(encoded, options, early, gone), strict=True):
             results[i] = result
         return filled(results)
 
@@ -258,7 +256,16 @@ class Translator:
     ) -> list[TranslationResult]:
         """Translate source id sequences (tag + pieces + eos); sorted by length and chunked to cut padding.
         ``on_result``, ``dropped``: as in ``translate``, with indices into ``source``."""
-        source = ids_given(source, self.manifest.vocab_size)  # (about 5 µs a sentence: the tokenizer's ids too)
+        return self._decode_ids(ids_given(source, self.manifest.vocab_size), options, on_result, dropped)
+
+    def _decode_ids(
+        self,
+        source: Sequence[Sequence[int]],
+        options: DecodeOptions,
+        on_result: OnResult | None,
+        dropped: Dropped | None,
+    ) -> list[TranslationResult]:
+        """``translate_batch`` on ids already checked (``translate``'s come from the tokenizer)."""
         for i, seq in enumerate(source):
             if len(seq) == 0:
                 raise ValueError(f"source sequence {i} is empty: it needs at least the eos id")

@@ -32,14 +32,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from transduce.engine.text import segment
+from transduce.engine.text import segment_around
 from transduce.service.htmlnodes import Atom, Inline, Node, Term, escape_text
 from transduce.service.htmlplace import Mark, Placement, SentenceSpan, flatten, word_after, word_before
 from transduce.service.placeholders import PLACEHOLDER, SPACES, WORDY, Found, found_placeholders, has_word
 
 _HUGGING = set(".,;:!?)]}…")  # punctuation that follows a word without a space
 _HTML_SPACE = re.compile(r"[ \t\n\r\f]")  # the whitespace HTML collapses (not the no-break space)
-_ENDS_SENTENCE = re.compile(r"[\s.!?…]")  # what could end a sentence inside a term: hidden from segmentation
 
 
 class Unit(Placement):
@@ -60,14 +59,12 @@ class Unit(Placement):
     def _spans(self) -> list[tuple[int, int]]:
         """(start, end) of every sentence: ``segment`` on each stretch between hard breaks, HTML whitespace read as
         spaces (so a line break inside a paragraph does not end a sentence), each term read as one word."""
-        view = list(_HTML_SPACE.sub(" ", self.text) if self.html else self.text)
-        for m in self.marks:
-            if m.kind == "term":
-                view[m.offset : m.end] = _ENDS_SENTENCE.sub("_", self.text[m.offset : m.end])
+        text = _HTML_SPACE.sub(" ", self.text) if self.html else self.text
+        terms = [(m.offset, m.end) for m in self.marks if m.kind == "term"]
         cuts = sorted({m.offset for m in self.marks if isinstance(m.node, Atom) and m.node.hard_break})
         spans = []
         for lo, hi in zip([0, *cuts], [*cuts, len(self.text)], strict=True):
-            seg = segment("".join(view[lo:hi]))
+            seg = segment_around(text[lo:hi], [(a - lo, b - lo) for a, b in terms if lo <= a and b <= hi])
             at = lo + len(seg.leading)
             for sentence, separator in zip(seg.sentences, seg.separators, strict=True):
                 spans.append((at, at + len(sentence)))

@@ -20,6 +20,7 @@ are cut and counted: a term is one placeholder, so it never splits a sentence an
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -310,6 +311,7 @@ def fitting(translator: TranslatorLike, settings: Settings, source: str, target:
     unknown: Callable[[str], list[str]] | None = getattr(translator, "unknown_runs", None)
     terms = _terms(settings, source, target)
 
+    @functools.lru_cache(maxsize=4)  # (kept and fits read the same unit: tokenized once)
     def runs(text: str) -> Terms:
         return kept_as_written(unknown(text)) if unknown is not None and source != target else ()
 
