@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from transduce.engine.errors import ModelLoadError
-from transduce.engine.manifest import FILE_KEYS, check_files_of, is_stale, load_manifest
+from transduce.engine.manifest import check_files_of, is_stale, listed_files, load_manifest
 from transduce.engine.shortlist import sibling_table
 from transduce.paths import user_cache_dir
 
@@ -53,9 +53,7 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
             f"the shipped model {checkpoint} is missing: pass --model DIR (a model directory from `transduce export`)"
         )
     shortlist = sibling_table(checkpoint)
-    own = not os.environ.get(
-        EXPORT_DIR_ENV
-    )  # the user cache is the project's own directory, replaced whatever it holds
+    own = not os.environ.get(EXPORT_DIR_ENV)  # the user cache: the project's own directory, replaced whatever it holds
     if not is_stale(checkpoint, out, shortlist):
         damage = _damage(out, stamp=own)
         if damage is None:
@@ -69,9 +67,7 @@ def resolve_model_dir(model_dir: str | Path | None) -> Path:
             f"`{TORCH_INSTALL}`, or pass --model DIR (a model directory from `transduce export`)"
         ) from None
     log.info("exporting the shipped model %s to %s (first use or checkpoint changed)", checkpoint, out)
-    export_model(
-        checkpoint, out, ExportConfig(shortlist=shortlist), own_dir=own
-    )  # (not a directory the variable names)
+    export_model(checkpoint, out, ExportConfig(shortlist=shortlist), own_dir=own)
     return out
 
 
@@ -82,9 +78,7 @@ def _damage(model_dir: Path, *, stamp: bool) -> str | None:
     here and when it loads."""
     try:
         manifest = load_manifest(model_dir, check_files=False)
-        checksums = manifest.raw.get("checksums", {})
-        files = sorted({str(manifest.raw[key]) for key in FILE_KEYS if key in manifest.raw} | set(checksums))
-        seen = {name: _stat(model_dir / name) for name in files}
+        seen = {name: _stat(model_dir / name) for name in listed_files(manifest)}
     except (ModelLoadError, KeyError, TypeError, OSError) as exc:
         return str(exc)
     try:

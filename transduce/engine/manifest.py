@@ -134,6 +134,13 @@ def load_manifest(model_dir: str | Path, *, check_files: bool = True) -> Manifes
     return manifest
 
 
+def listed_files(manifest: Manifest) -> list[str]:
+    """The files the manifest names, by key or in its checksums, sorted."""
+    checksums = manifest.raw.get("checksums", {})
+    keyed = {str(manifest.raw[key]) for key in FILE_KEYS if key in manifest.raw}
+    return sorted(keyed | set(checksums if isinstance(checksums, dict) else ()))
+
+
 def check_files_of(manifest: Manifest) -> None:
     """Every file the manifest names (by key or in its checksums) exists and matches its checksum when it has one."""
     raw, where = manifest.raw, manifest.model_dir / names.MANIFEST_FILE
@@ -143,8 +150,7 @@ def check_files_of(manifest: Manifest) -> None:
     missing = [key for key in ("encoder", "decoder", "tokenizer") if key not in raw]
     if missing:
         raise ModelLoadError(f"{where} names no {' or '.join(missing)} file: re-export the model")
-    listed = {str(raw[key]) for key in FILE_KEYS if key in raw} | set(checksums)
-    for name in sorted(listed):
+    for name in listed_files(manifest):
         file = manifest.model_dir / name
         if not file.is_file():
             raise ModelLoadError(f"{file} named in {where} is missing: re-export the model")
